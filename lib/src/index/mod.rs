@@ -1,0 +1,533 @@
+//! The exact record index: every record of a tree in key order, with its key
+//! and the file extent of its value.
+//!
+//! Built by walking the tree level by level. Each level's pages are read in
+//! page-number order with one request per run of consecutive pages, so the
+//! index costs exactly the branch and leaf pages, each read once. Leaf
+//! pages, the bulk of that, are parsed in parallel chunks. Overflow pages are
+//! never read here: a leaf node already says where its value lives and how
+//! long it is.
+
+mod pages;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::database::{Database, Tree};
+use crate::error::{Error, Result};
+use crate::format::{overflow_pages, LeafValue, TreePage, PAGEHDRSZ};
+use crate::source::{IoSnapshot, ReadAt};
+
+pub use pages::{PageBatch, PageBitmap, MAX_PAGES_PER_READ};
+
+/// Where one record lives. 24 bytes, so an index of 10 M records is 240 MB
+/// plus the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct RecordEntry {
+    /// Start of the key in [`RecordIndex::keys`].
+    pub key_start: u64,
+    /// File offset of the first value byte.
+    pub value_offset: u64,
+    pub value_len: u32,
+    pub key_len: u16,
+    pub flags: u16,
+}
+
+impl RecordEntry {
+    /// The value sits in an overflow run whose 16-byte page header comes
+    /// right before `value_offset`.
+    pub const OVERFLOW: u16 = 1;
+    /// The record is a named database's descriptor (only in MAIN).
+    pub const SUBDATABASE: u16 = 2;
+
+    pub fn is_overflow(&self) -> bool {
+        self.flags & Self::OVERFLOW != 0
+    }
+
+    /// The bytes to read to get this value, including the overflow page
+    /// header so the reader can check it: `(file offset, length)`.
+    pub fn span(&self) -> (u64, u64) {
+        if self.is_overflow() {
+            (
+                self.value_offset - PAGEHDRSZ as u64,
+                self.value_len as u64 + PAGEHDRSZ as u64,
+            )
+        } else {
+            (self.value_offset, self.value_len as u64)
+        }
+    }
+}
+
+/// Every record of one tree, in key order.
+#[derive(Debug, Clone, Default)]
+pub struct RecordIndex {
+    pub keys: Vec<u8>,
+    pub entries: Vec<RecordEntry>,
+    pub page_size: u32,
+    pub stats: IndexStats,
+}
+
+/// What building the index cost and found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    pub branch_pages: u64,
+    pub leaf_pages: u64,
+    /// Overflow pages the values need (`OVPAGES` of each size); at most the
+    /// recorded `md_overflow_pages`, see `check_counts`.
+    pub overflow_pages: u64,
+    /// Tree pages read to build this index (not counting the meta pages
+    /// or, for a named database, the MAIN pages read to find it: see
+    /// [`crate::Tree::lookup_pages`]).
+    pub pages_read: u64,
+    pub io: IoSnapshot,
+}
+
+impl RecordIndex {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn key(&self, i: usize) -> &[u8] {
+        let e = &self.entries[i];
+        &self.keys[e.key_start as usize..e.key_start as usize + e.key_len as usize]
+    }
+
+    pub fn value_bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.value_len as u64).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct IndexOptions {
+    /// Threads parsing leaf pages; 0 means one per available core.
+    pub threads: usize,
+    /// Leaf pages per unit of parallel work (and per read buffer).
+    pub chunk_pages: usize,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            threads: 0,
+            chunk_pages: 2048,
+        }
+    }
+}
+
+/// The result of descending the tree to one key.
+pub(crate) struct FoundNode {
+    pub is_subdatabase: bool,
+    pub value: Vec<u8>,
+}
+
+/// Finds `key` by descending `tree` (reads one page per level), as
+/// `mdb_dbi_open` does to find a named database.
+pub(crate) fn lookup<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    key: &[u8],
+) -> Result<(Option<FoundNode>, u64)> {
+    if tree.db.is_empty_tree() {
+        return Ok((None, 0));
+    }
+    let order = tree.key_order();
+    let mut pgno = tree.db.md_root;
+    let mut seen = Vec::new();
+    for level in 1..=tree.db.md_depth {
+        check_child(db, pgno, "root or child page")?;
+        if seen.contains(&pgno) {
+            return Err(db.corrupt(pgno, "page reached twice while descending the tree"));
+        }
+        seen.push(pgno);
+        let batch = PageBatch::read(db.source(), db.page_size(), &[pgno])?;
+        let page = TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
+        let at_leaf_level = level == tree.db.md_depth;
+        expect_kind(db, &page, pgno, level, tree.db.md_depth)?;
+        if at_leaf_level {
+            for i in 0..page.len() {
+                let node = page.leaf_node(i).map_err(|p| db.corrupt(pgno, p))?;
+                if order.compare(node.key, key).is_eq() {
+                    let value = match node.value {
+                        LeafValue::Inline { offset, size } => {
+                            page.bytes()[offset as usize..(offset + size) as usize].to_vec()
+                        }
+                        LeafValue::Overflow { .. } => Vec::new(),
+                    };
+                    let found = FoundNode {
+                        is_subdatabase: node.is_subdatabase,
+                        value,
+                    };
+                    return Ok((Some(found), level as u64));
+                }
+            }
+            return Ok((None, level as u64));
+        }
+        // The last node whose key is <= the one sought; node 0 stands for
+        // everything below node 1.
+        let mut child = page.branch_node(0).map_err(|p| db.corrupt(pgno, p))?.child;
+        for i in 1..page.len() {
+            let node = page.branch_node(i).map_err(|p| db.corrupt(pgno, p))?;
+            if order.compare(node.key, key).is_gt() {
+                break;
+            }
+            child = node.child;
+        }
+        pgno = child;
+    }
+    Err(db.corrupt(tree.db.md_root, "tree depth is 0 but the root is set"))
+}
+
+fn check_child<R: ReadAt>(db: &Database<R>, pgno: u64, what: &str) -> Result<()> {
+    if pgno < 2 {
+        return Err(db.corrupt(pgno, format!("{what} points at meta page {pgno}")));
+    }
+    if pgno > db.meta().mm_last_pg {
+        return Err(db.corrupt(
+            pgno,
+            format!(
+                "{what} {pgno} lies beyond the last page {}",
+                db.meta().mm_last_pg
+            ),
+        ));
+    }
+    if pgno >= db.page_limit() {
+        let psize = db.page_size() as u64;
+        return Err(Error::Truncated {
+            path: db.path().to_owned(),
+            what: format!("page {pgno}"),
+            needed_end: (pgno + 1) * psize,
+            file_len: db.source().len(),
+        });
+    }
+    Ok(())
+}
+
+fn expect_kind<R: ReadAt>(
+    db: &Database<R>,
+    page: &TreePage,
+    pgno: u64,
+    level: u16,
+    depth: u16,
+) -> Result<()> {
+    let want_leaf = level == depth;
+    if page.is_leaf() != want_leaf {
+        return Err(db.corrupt(
+            pgno,
+            format!(
+                "found a {} page at level {level} of a tree the meta says is {depth} deep",
+                if page.is_leaf() { "leaf" } else { "branch" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the index of `tree`. See the module documentation.
+pub(crate) fn build<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    options: &IndexOptions,
+) -> Result<RecordIndex> {
+    let io_start = db.source().counters();
+    let psize = db.page_size();
+    let mut index = RecordIndex {
+        page_size: psize,
+        ..Default::default()
+    };
+    let d = &tree.db;
+    if d.is_empty_tree() {
+        if d.md_entries != 0 || d.md_depth != 0 {
+            return Err(db.corrupt(
+                0,
+                format!(
+                    "empty tree (no root) claims {} entries and depth {}",
+                    d.md_entries, d.md_depth
+                ),
+            ));
+        }
+        index.stats.io = db.source().counters().since(io_start);
+        return Ok(index);
+    }
+    if d.md_depth == 0 || d.md_depth > 64 {
+        return Err(db.corrupt(d.md_root, format!("impossible tree depth {}", d.md_depth)));
+    }
+    let mut seen = PageBitmap::new(db.page_limit());
+    let mut level: Vec<u64> = vec![d.md_root];
+    let mut branch_pages = 0u64;
+    for depth in 1..d.md_depth {
+        claim_pages(db, &mut seen, &level)?;
+        let mut next = Vec::new();
+        for chunk in level.chunks(options.chunk_pages.max(1)) {
+            let batch = PageBatch::read(db.source(), psize, chunk)?;
+            for &pgno in chunk {
+                let page =
+                    TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
+                expect_kind(db, &page, pgno, depth, d.md_depth)?;
+                for i in 0..page.len() {
+                    next.push(page.branch_node(i).map_err(|p| db.corrupt(pgno, p))?.child);
+                }
+            }
+        }
+        branch_pages += level.len() as u64;
+        level = next;
+    }
+    claim_pages(db, &mut seen, &level)?;
+    let leaves = level;
+
+    let chunks = parse_leaves(db, tree, &leaves, options)?;
+    let total: usize = chunks.iter().map(|c| c.entries.len()).sum();
+    index.entries.reserve_exact(total);
+    index
+        .keys
+        .reserve_exact(chunks.iter().map(|c| c.keys.len()).sum());
+    let order = tree.key_order();
+    for chunk in chunks {
+        if let (Some(last), Some(first)) = (index.entries.last(), chunk.entries.first()) {
+            let prev_key = &index.keys[last.key_start as usize..][..last.key_len as usize];
+            let key = &chunk.keys[first.key_start as usize..][..first.key_len as usize];
+            if !order.compare(prev_key, key).is_lt() {
+                return Err(db.corrupt(chunk.first_leaf, "keys out of order across leaf pages"));
+            }
+        }
+        let base = index.keys.len() as u64;
+        index.keys.extend_from_slice(&chunk.keys);
+        index
+            .entries
+            .extend(chunk.entries.iter().map(|e| RecordEntry {
+                key_start: e.key_start + base,
+                ..*e
+            }));
+    }
+
+    let overflow = claim_overflow_runs(db, &mut seen, &index.entries)?;
+    index.stats = IndexStats {
+        branch_pages,
+        leaf_pages: leaves.len() as u64,
+        overflow_pages: overflow,
+        pages_read: 0,
+        io: db.source().counters().since(io_start),
+    };
+    index.stats.pages_read = index.stats.io.bytes_read / psize as u64;
+    check_counts(db, tree, &index)?;
+    Ok(index)
+}
+
+/// Marks tree pages as used; a page reached twice means a cycle or shared
+/// subtree, which liblmdb never writes.
+fn claim_pages<R: ReadAt>(db: &Database<R>, seen: &mut PageBitmap, pgnos: &[u64]) -> Result<()> {
+    for &p in pgnos {
+        check_child(db, p, "tree page")?;
+        if !seen.insert(p) {
+            return Err(db.corrupt(
+                p,
+                "page is referenced twice in the tree (a cycle or shared subtree)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks every overflow run lies inside the file and overlaps no tree page
+/// and no other run; returns the total overflow pages.
+fn claim_overflow_runs<R: ReadAt>(
+    db: &Database<R>,
+    seen: &mut PageBitmap,
+    entries: &[RecordEntry],
+) -> Result<u64> {
+    let psize = db.page_size() as u64;
+    let mut total = 0u64;
+    for e in entries.iter().filter(|e| e.is_overflow()) {
+        let first = (e.value_offset - PAGEHDRSZ as u64) / psize;
+        let count = overflow_pages(e.value_len as u64, psize as u32);
+        if let Some(p) = seen.insert_run(first, count) {
+            return Err(db.corrupt(
+                first,
+                format!("overflow run of {count} pages overlaps page {p}, already in use"),
+            ));
+        }
+        total += count;
+    }
+    Ok(total)
+}
+
+fn check_counts<R: ReadAt>(db: &Database<R>, tree: &Tree, index: &RecordIndex) -> Result<()> {
+    let d = &tree.db;
+    let s = &index.stats;
+    let exact = [
+        ("entries", d.md_entries, index.entries.len() as u64),
+        ("branch pages", d.md_branch_pages, s.branch_pages),
+        ("leaf pages", d.md_leaf_pages, s.leaf_pages),
+    ];
+    for (what, recorded, walked) in exact {
+        if recorded != walked {
+            return Err(db.corrupt(
+                d.md_root,
+                format!(
+                    "the tree descriptor records {recorded} {what} but the tree holds {walked}"
+                ),
+            ));
+        }
+    }
+    // A value overwritten in place by a shorter one keeps its whole run
+    // (mdb_cursor_put reuses a dirty overflow run that is large enough), so
+    // the runs implied by value sizes may total less than recorded, never more.
+    if s.overflow_pages > d.md_overflow_pages {
+        return Err(db.corrupt(
+            d.md_root,
+            format!(
+                "values need {} overflow pages but the tree descriptor records only {}",
+                s.overflow_pages, d.md_overflow_pages
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Records parsed from a contiguous (in key order) run of leaf pages.
+struct LeafChunk {
+    first_leaf: u64,
+    keys: Vec<u8>,
+    entries: Vec<RecordEntry>,
+}
+
+fn parse_leaves<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    leaves: &[u64],
+    options: &IndexOptions,
+) -> Result<Vec<LeafChunk>> {
+    let chunk_pages = options.chunk_pages.clamp(1, 1 << 20);
+    let work: Vec<&[u64]> = leaves.chunks(chunk_pages).collect();
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .min(work.len())
+    .max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<LeafChunk>>>> =
+        Mutex::new((0..work.len()).map(|_| None).collect());
+    let run = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(pgnos) = work.get(i) else { break };
+        let parsed = parse_leaf_chunk(db, tree, pgnos);
+        let failed = parsed.is_err();
+        results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(parsed);
+        if failed {
+            // Stop handing out work; other threads finish their chunk.
+            next.store(work.len(), Ordering::Relaxed);
+        }
+    };
+    if threads == 1 {
+        run();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(run);
+            }
+        });
+    }
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    // The first error in key order wins, so the message does not depend on
+    // thread timing more than it must.
+    let mut chunks = Vec::with_capacity(results.len());
+    for r in results {
+        match r {
+            Some(Ok(c)) => chunks.push(c),
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
+    }
+    Ok(chunks)
+}
+
+fn parse_leaf_chunk<R: ReadAt>(db: &Database<R>, tree: &Tree, pgnos: &[u64]) -> Result<LeafChunk> {
+    let psize = db.page_size();
+    let batch = PageBatch::read(db.source(), psize, pgnos)?;
+    let order = tree.key_order();
+    let mut chunk = LeafChunk {
+        first_leaf: pgnos[0],
+        keys: Vec::new(),
+        entries: Vec::new(),
+    };
+    let mut prev: Option<(usize, usize)> = None;
+    for &pgno in pgnos {
+        let page = TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
+        expect_kind(db, &page, pgno, tree.db.md_depth, tree.db.md_depth)?;
+        let page_offset = pgno * psize as u64;
+        for i in 0..page.len() {
+            let node = page.leaf_node(i).map_err(|p| db.corrupt(pgno, p))?;
+            if node.is_subdatabase && tree.name.is_some() {
+                return Err(db.corrupt(
+                    pgno,
+                    format!("node {i}: a sub-database inside a named database"),
+                ));
+            }
+            let key_start = chunk.keys.len();
+            if let Some((s, l)) = prev {
+                if !order.compare(&chunk.keys[s..s + l], node.key).is_lt() {
+                    return Err(db.corrupt(pgno, format!("node {i}: keys out of order")));
+                }
+            }
+            chunk.keys.extend_from_slice(node.key);
+            prev = Some((key_start, node.key.len()));
+            let (value_offset, value_len, mut flags) = match node.value {
+                LeafValue::Inline { offset, size } => (page_offset + offset as u64, size, 0),
+                LeafValue::Overflow { pgno: first, size } => {
+                    check_overflow(db, pgno, i, first, size)?;
+                    (
+                        first * psize as u64 + PAGEHDRSZ as u64,
+                        size,
+                        RecordEntry::OVERFLOW,
+                    )
+                }
+            };
+            if node.is_subdatabase {
+                flags |= RecordEntry::SUBDATABASE;
+            }
+            chunk.entries.push(RecordEntry {
+                key_start: key_start as u64,
+                value_offset,
+                value_len,
+                key_len: node.key.len() as u16,
+                flags,
+            });
+        }
+    }
+    Ok(chunk)
+}
+
+fn check_overflow<R: ReadAt>(
+    db: &Database<R>,
+    leaf: u64,
+    node: usize,
+    first: u64,
+    size: u32,
+) -> Result<()> {
+    let psize = db.page_size();
+    let count = overflow_pages(size as u64, psize);
+    let end = first.checked_add(count).unwrap_or(u64::MAX);
+    if first < 2 || end > db.meta().mm_last_pg.saturating_add(1) {
+        return Err(db.corrupt(
+            leaf,
+            format!(
+                "node {node}: overflow run of {count} pages at page {first} lies outside pages 2..={}",
+                db.meta().mm_last_pg
+            ),
+        ));
+    }
+    if end > db.page_limit() {
+        return Err(Error::Truncated {
+            path: db.path().to_owned(),
+            what: format!("overflow run at page {first} ({count} pages, from leaf page {leaf})"),
+            needed_end: end * psize as u64,
+            file_len: db.source().len(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! Reading sets of tree pages with as few requests as possible, and the
+//! page bitmap that stops any page being used twice.
+
+use crate::error::Result;
+use crate::source::ReadAt;
+
+/// Most pages one coalesced read may span: bounds the buffer of a read and
+/// keeps requests in the size range parallel file systems like.
+pub const MAX_PAGES_PER_READ: usize = 1024;
+
+/// A batch of pages held in memory, addressed by page number.
+pub struct PageBatch {
+    /// Sorted, unique.
+    pgnos: Vec<u64>,
+    bytes: Vec<u8>,
+    psize: usize,
+}
+
+impl PageBatch {
+    /// Reads `pgnos` (any order, no duplicates) with one request per run of
+    /// consecutive page numbers (capped at `MAX_PAGES_PER_READ`).
+    pub fn read<R: ReadAt + ?Sized>(source: &R, psize: u32, pgnos: &[u64]) -> Result<PageBatch> {
+        let psize = psize as usize;
+        let mut sorted = pgnos.to_vec();
+        sorted.sort_unstable();
+        let mut bytes = vec![0u8; sorted.len() * psize];
+        let mut i = 0;
+        while i < sorted.len() {
+            let mut j = i + 1;
+            while j < sorted.len() && sorted[j] == sorted[j - 1] + 1 && j - i < MAX_PAGES_PER_READ {
+                j += 1;
+            }
+            source.read_exact_at(&mut bytes[i * psize..j * psize], sorted[i] * psize as u64)?;
+            i = j;
+        }
+        Ok(PageBatch {
+            pgnos: sorted,
+            bytes,
+            psize,
+        })
+    }
+
+    /// The bytes of page `pgno`, which must be in the batch.
+    pub fn page(&self, pgno: u64) -> &[u8] {
+        let i = self
+            .pgnos
+            .binary_search(&pgno)
+            .expect("page requested from a batch that did not read it");
+        &self.bytes[i * self.psize..(i + 1) * self.psize]
+    }
+}
+
+/// One bit per page below a limit.
+pub struct PageBitmap {
+    words: Vec<u64>,
+}
+
+impl PageBitmap {
+    pub fn new(pages: u64) -> PageBitmap {
+        PageBitmap {
+            words: vec![0; pages.div_ceil(64) as usize],
+        }
+    }
+
+    /// Marks `pgno`; returns false if it was already marked.
+    pub fn insert(&mut self, pgno: u64) -> bool {
+        let (w, b) = ((pgno / 64) as usize, pgno % 64);
+        let was = self.words[w] >> b & 1 == 1;
+        self.words[w] |= 1 << b;
+        !was
+    }
+
+    /// Marks `[first, first + count)`; returns the first page already
+    /// marked, if any (then nothing is guaranteed about the rest).
+    pub fn insert_run(&mut self, first: u64, count: u64) -> Option<u64> {
+        (first..first + count).find(|&p| !self.insert(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::MemSource;
+
+    #[test]
+    fn coalesces_consecutive_pages_into_one_read() {
+        let psize = 512u32;
+        let mut file = vec![0u8; 20 * psize as usize];
+        for p in 0..20 {
+            file[p * 512] = p as u8;
+        }
+        let src = MemSource::new(file, "mem");
+        let batch = PageBatch::read(&src, psize, &[9, 3, 4, 5, 12, 10]).unwrap();
+        assert_eq!(src.counters().read_requests, 3); // 3-5, 9-10, 12
+        assert_eq!(src.counters().bytes_read, 6 * 512);
+        for p in [3u64, 4, 5, 9, 10, 12] {
+            assert_eq!(batch.page(p)[0], p as u8);
+        }
+    }
+
+    #[test]
+    fn bitmap_reports_reuse() {
+        let mut m = PageBitmap::new(130);
+        assert!(m.insert(129));
+        assert!(!m.insert(129));
+        assert_eq!(m.insert_run(10, 5), None);
+        assert_eq!(m.insert_run(12, 5), Some(12));
+    }
+}

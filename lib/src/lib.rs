@@ -1,0 +1,52 @@
+//! lmdbio: deep-learning input I/O from stock LMDB files, built to scale on
+//! MPI clusters.
+//!
+//! # The data path
+//!
+//! Read the modules in this order; each has one job.
+//!
+//! 1. [`source`]: positioned reads (`pread` here, MPI-IO in the engine). No
+//!    mmap, no liblmdb, no lock file.
+//! 2. [`format`]: LMDB's on-disk structures (meta, branch, leaf and overflow
+//!    pages), parsed from byte buffers with every offset bounds-checked.
+//! 3. [`database`]: opens a file, picks the current meta page, selects MAIN
+//!    or a named database, refuses what we do not read (duplicate keys).
+//! 4. [`index`]: walks the tree level by level, reading each branch and
+//!    leaf page exactly once with coalesced requests, and records every
+//!    record's key and value extent in key order. Positions are plain
+//!    ordinals into this index.
+//! 5. [`plan`]: turns a set of ordinals into few large file requests.
+//! 6. [`values`]: executes a plan with positioned reads and hands out
+//!    zero-copy slices of the round's buffer.
+//!
+//! [`layout`] reports how sequential a file is for reading.
+//!
+//! ```no_run
+//! use lmdbio::{Database, IndexOptions, CoalesceOptions};
+//! # fn main() -> lmdbio::Result<()> {
+//! let db = Database::open("train_lmdb".as_ref())?;
+//! let tree = db.main_tree()?;
+//! let index = db.build_index(&tree, &IndexOptions::default())?;
+//! let first_batch: Vec<usize> = (0..index.len().min(64)).collect();
+//! let batch = lmdbio::values::read_values(&db, &index, &first_batch, CoalesceOptions::default())?;
+//! for (n, &i) in first_batch.iter().enumerate() {
+//!     println!("{:?}: {} bytes", index.key(i), batch.value(n).len());
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod database;
+pub mod error;
+pub mod format;
+pub mod index;
+pub mod layout;
+pub mod plan;
+pub mod source;
+pub mod values;
+
+pub use database::{data_file_path, Database, Tree};
+pub use error::{Error, ErrorKind, Result};
+pub use index::{IndexOptions, RecordEntry, RecordIndex};
+pub use layout::Layout;
+pub use plan::CoalesceOptions;
+pub use source::{FileSource, MemSource, ReadAt};

@@ -1,0 +1,201 @@
+//! Read planning: turning "these records" into few, large file requests.
+//!
+//! Record values are scattered over the file (inline in leaf pages or in
+//! overflow runs). A plan sorts the byte spans of the requested records by
+//! file offset and merges neighbours into runs of at most `target` bytes,
+//! bridging holes of at most `max_gap` bytes, so a round of reads never
+//! touches a byte twice and issues about `bytes / target` requests. The plan
+//! is pure arithmetic over the index; the same plan feeds `pread` and the
+//! MPI-IO engine.
+
+use crate::index::RecordIndex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoalesceOptions {
+    /// Largest run to build by merging; a single span longer than this is
+    /// read on its own.
+    pub target: u64,
+    /// Largest hole between two spans that is read (and thrown away) to save
+    /// a request.
+    pub max_gap: u64,
+}
+
+impl Default for CoalesceOptions {
+    fn default() -> Self {
+        CoalesceOptions {
+            target: 4 << 20,
+            max_gap: 64 << 10,
+        }
+    }
+}
+
+/// One contiguous file request, landing at `buf_offset` of the round's
+/// buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRun {
+    pub file_offset: u64,
+    pub len: u64,
+    pub buf_offset: u64,
+}
+
+/// Where a requested record's span lands in the round's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub buf_offset: u64,
+    pub len: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// Sorted by file offset, non-overlapping, packed back to back in the
+    /// buffer.
+    pub runs: Vec<ReadRun>,
+    /// One per requested record, in request order.
+    pub placements: Vec<Placement>,
+    /// Buffer size the plan needs: the sum of run lengths.
+    pub buffer_len: u64,
+}
+
+impl ReadPlan {
+    /// Plans the reads for `ordinals` (any order; repeats are read once).
+    pub fn for_records(
+        index: &RecordIndex,
+        ordinals: &[usize],
+        options: CoalesceOptions,
+    ) -> ReadPlan {
+        let spans: Vec<(u64, u64)> = ordinals.iter().map(|&i| index.entries[i].span()).collect();
+        ReadPlan::for_spans(&spans, options)
+    }
+
+    /// Plans the reads for arbitrary `(file offset, length)` spans.
+    pub fn for_spans(spans: &[(u64, u64)], options: CoalesceOptions) -> ReadPlan {
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        order.sort_unstable_by_key(|&i| spans[i].0);
+        let mut plan = ReadPlan {
+            runs: Vec::new(),
+            placements: vec![
+                Placement {
+                    buf_offset: 0,
+                    len: 0
+                };
+                spans.len()
+            ],
+            buffer_len: 0,
+        };
+        let mut current: Option<ReadRun> = None;
+        for i in order {
+            let (offset, len) = spans[i];
+            let end = offset + len;
+            let run = match current.as_mut() {
+                Some(run) if fits(run, offset, end, options) => {
+                    run.len = run.len.max(end - run.file_offset);
+                    run
+                }
+                _ => {
+                    if let Some(done) = current.take() {
+                        plan.buffer_len += done.len;
+                        plan.runs.push(done);
+                    }
+                    current.insert(ReadRun {
+                        file_offset: offset,
+                        len,
+                        buf_offset: plan.buffer_len,
+                    })
+                }
+            };
+            plan.placements[i] = Placement {
+                buf_offset: run.buf_offset + (offset - run.file_offset),
+                len,
+            };
+        }
+        if let Some(done) = current {
+            plan.buffer_len += done.len;
+            plan.runs.push(done);
+        }
+        plan
+    }
+}
+
+fn fits(run: &ReadRun, offset: u64, end: u64, options: CoalesceOptions) -> bool {
+    let run_end = run.file_offset + run.len;
+    // Bytes already in the run are never read twice, whatever the target.
+    if end <= run_end {
+        return true;
+    }
+    offset <= run_end.saturating_add(options.max_gap) && end - run.file_offset <= options.target
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPTS: CoalesceOptions = CoalesceOptions {
+        target: 100,
+        max_gap: 5,
+    };
+
+    #[test]
+    fn merges_neighbours_within_gap_and_target() {
+        // Out of order on purpose: placements follow request order.
+        let spans = [(40, 10), (0, 30), (33, 5), (200, 10), (90, 20)];
+        let plan = ReadPlan::for_spans(&spans, OPTS);
+        assert_eq!(
+            plan.runs,
+            vec![
+                ReadRun {
+                    file_offset: 0,
+                    len: 38,
+                    buf_offset: 0
+                },
+                ReadRun {
+                    file_offset: 40,
+                    len: 70,
+                    buf_offset: 38
+                },
+                ReadRun {
+                    file_offset: 200,
+                    len: 10,
+                    buf_offset: 108
+                },
+            ]
+        );
+        assert_eq!(plan.buffer_len, 118);
+        assert_eq!(
+            plan.placements[0],
+            Placement {
+                buf_offset: 38,
+                len: 10
+            }
+        );
+        assert_eq!(
+            plan.placements[2],
+            Placement {
+                buf_offset: 33,
+                len: 5
+            }
+        );
+        assert_eq!(
+            plan.placements[4],
+            Placement {
+                buf_offset: 88,
+                len: 20
+            }
+        );
+    }
+
+    #[test]
+    fn repeated_spans_are_read_once() {
+        let plan = ReadPlan::for_spans(&[(10, 50), (10, 50), (20, 5)], OPTS);
+        assert_eq!(plan.runs.len(), 1);
+        assert_eq!(plan.buffer_len, 50);
+        assert_eq!(plan.placements[1].buf_offset, 0);
+        assert_eq!(plan.placements[2].buf_offset, 10);
+    }
+
+    #[test]
+    fn target_caps_merged_runs_but_not_single_spans() {
+        let plan = ReadPlan::for_spans(&[(0, 60), (60, 60), (120, 300)], OPTS);
+        let lens: Vec<u64> = plan.runs.iter().map(|r| r.len).collect();
+        assert_eq!(lens, vec![60, 60, 300]);
+    }
+}

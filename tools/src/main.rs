@@ -1,0 +1,52 @@
+//! The `lmdbio` command. Each subcommand is a thin layer over the library.
+
+mod dump;
+mod inspect;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "lmdbio",
+    version,
+    about = "Scalable reads of LMDB training data"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Page counts, entries and the layout facts that decide read speed.
+    Inspect(inspect::Args),
+    /// Print a database exactly as `mdb_dump` does.
+    Dump(dump::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Dump(args) => dump::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lmdbio: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors the command reports: the library's, or output failing (a closed
+/// pipe ends the command quietly, as it does for `mdb_dump | head`).
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("{0}")]
+    Lmdbio(#[from] lmdbio::Error),
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+}
