@@ -1,1 +1,228 @@
+//! Differential tests: what lmdbio reads from a file equals what liblmdb's
+//! cursor returns, record by record, on every layout in the test kit.
 
+use lmdbio::values::read_values;
+use lmdbio::{CoalesceOptions, Database, ErrorKind, IndexOptions};
+use lmdbio_testkit as kit;
+
+/// Reads every record through lmdbio: the index in key order, values in
+/// rounds of `round` records with the given coalescing.
+fn read_all(
+    fx: &kit::Fixture,
+    options: &IndexOptions,
+    coalesce: CoalesceOptions,
+    round: usize,
+) -> kit::Records {
+    let db = Database::open(&fx.path).unwrap_or_else(|e| panic!("{}: open: {e}", fx.name));
+    let tree = db
+        .tree(fx.subdb.as_deref())
+        .unwrap_or_else(|e| panic!("{}: tree: {e}", fx.name));
+    let index = db
+        .build_index(&tree, options)
+        .unwrap_or_else(|e| panic!("{}: index: {e}", fx.name));
+    let mut out = Vec::with_capacity(index.len());
+    let all: Vec<usize> = (0..index.len()).collect();
+    for ordinals in all.chunks(round.max(1)) {
+        let batch = read_values(&db, &index, ordinals, coalesce)
+            .unwrap_or_else(|e| panic!("{}: values: {e}", fx.name));
+        for (n, &i) in ordinals.iter().enumerate() {
+            out.push((index.key(i).to_vec(), batch.value(n).to_vec()));
+        }
+    }
+    out
+}
+
+fn assert_same(fx: &kit::Fixture, ours: &kit::Records, oracle: &kit::Records) {
+    assert_eq!(ours.len(), oracle.len(), "{}: record count", fx.name);
+    for (i, (a, b)) in ours.iter().zip(oracle).enumerate() {
+        assert!(a.0 == b.0, "{}: key of record {i} differs", fx.name);
+        assert!(
+            a.1 == b.1,
+            "{}: value of record {i} differs ({} vs {} bytes)",
+            fx.name,
+            a.1.len(),
+            b.1.len()
+        );
+    }
+}
+
+#[test]
+fn every_layout_reads_exactly_what_liblmdb_reads() {
+    for fx in kit::all_layouts() {
+        let oracle = fx.oracle();
+        // Default options, one thread with tiny chunks (many chunk seams),
+        // and no coalescing at all: all must agree with liblmdb.
+        let ours = read_all(
+            &fx,
+            &IndexOptions::default(),
+            CoalesceOptions::default(),
+            1000,
+        );
+        assert_same(&fx, &ours, &oracle);
+        let serial = IndexOptions {
+            threads: 1,
+            chunk_pages: 3,
+        };
+        let exact = CoalesceOptions {
+            target: 1,
+            max_gap: 0,
+        };
+        let ours = read_all(&fx, &serial, exact, 7);
+        assert_same(&fx, &ours, &oracle);
+    }
+}
+
+#[test]
+fn stats_match_mdb_stat_and_index_reads_only_tree_pages() {
+    for fx in kit::all_layouts() {
+        let db = Database::open(&fx.path).unwrap();
+        let tree = db.tree(fx.subdb.as_deref()).unwrap();
+        let index = db.build_index(&tree, &IndexOptions::default()).unwrap();
+        let stat = fx.mdb_stat();
+        assert_eq!(
+            tree.db.md_depth as u64,
+            kit::stat_field(&stat, "Tree depth"),
+            "{}",
+            fx.name
+        );
+        assert_eq!(
+            index.stats.branch_pages,
+            kit::stat_field(&stat, "Branch pages"),
+            "{}",
+            fx.name
+        );
+        assert_eq!(
+            index.stats.leaf_pages,
+            kit::stat_field(&stat, "Leaf pages"),
+            "{}",
+            fx.name
+        );
+        assert_eq!(
+            tree.db.md_overflow_pages,
+            kit::stat_field(&stat, "Overflow pages"),
+            "{}",
+            fx.name
+        );
+        assert_eq!(
+            index.len() as u64,
+            kit::stat_field(&stat, "Entries"),
+            "{}",
+            fx.name
+        );
+        // Each branch and leaf page exactly once, nothing else.
+        assert_eq!(
+            index.stats.pages_read,
+            index.stats.branch_pages + index.stats.leaf_pages,
+            "{}: pages read for the index",
+            fx.name
+        );
+        assert_eq!(
+            index.stats.io.bytes_read,
+            index.stats.pages_read * db.page_size() as u64,
+            "{}",
+            fx.name
+        );
+    }
+}
+
+#[test]
+fn bulk_loaded_index_coalesces_its_reads() {
+    let fx = kit::inline_only(20_000, 21);
+    let db = Database::open(&fx.path).unwrap();
+    let index = db
+        .build_index(&db.main_tree().unwrap(), &IndexOptions::default())
+        .unwrap();
+    // A bulk load of small records puts leaf pages mostly back to back, so
+    // far fewer requests than pages.
+    assert!(index.stats.leaf_pages > 100);
+    assert!(
+        index.stats.io.read_requests * 4 < index.stats.pages_read,
+        "{} requests for {} pages",
+        index.stats.io.read_requests,
+        index.stats.pages_read
+    );
+}
+
+#[test]
+fn data_file_path_and_directory_are_equivalent() {
+    let fx = kit::caffe_style(300, 2500, 31);
+    let by_dir = Database::open(&fx.path).unwrap();
+    let by_file = Database::open(&fx.data_file()).unwrap();
+    assert_eq!(by_dir.meta(), by_file.meta());
+}
+
+#[test]
+fn reading_needs_no_lock_file_and_no_write_permission() {
+    let fx = kit::caffe_style(200, 3000, 32);
+    let oracle = fx.oracle();
+    std::fs::remove_file(fx.path.join("lock.mdb")).unwrap();
+    let data = fx.data_file();
+    let mut perms = std::fs::metadata(&data).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&data, perms).unwrap();
+    let ours = read_all(
+        &fx,
+        &IndexOptions::default(),
+        CoalesceOptions::default(),
+        50,
+    );
+    assert_same(&fx, &ours, &oracle);
+    assert!(
+        !fx.path.join("lock.mdb").exists(),
+        "lmdbio created a lock file"
+    );
+}
+
+#[test]
+fn duplicate_key_databases_are_refused_by_name() {
+    let (mut fx, env) = kit::new_fixture("dupsort", kit::EnvSpec::default());
+    let db = env
+        .create_db(Some("dups"), lmdb::DatabaseFlags::DUP_SORT)
+        .unwrap();
+    let mut txn = lmdb::Environment::begin_rw_txn(&env).unwrap();
+    for v in [b"a", b"b", b"c"] {
+        lmdb::RwTransaction::put(&mut txn, db, b"k", v, lmdb::WriteFlags::empty()).unwrap();
+    }
+    lmdb::Transaction::commit(txn).unwrap();
+    fx.subdb = Some("dups".into());
+    let dbf = Database::open(&fx.path).unwrap();
+    let err = dbf.tree(Some("dups")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported);
+    assert!(err.to_string().contains("MDB_DUPSORT"), "{err}");
+}
+
+#[test]
+fn missing_names_and_paths_get_clear_errors() {
+    let fx = kit::named_databases(33);
+    let db = Database::open(&fx.path).unwrap();
+    let err = db.tree(Some("nope")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoSuchDatabase);
+    // A plain record in MAIN is not a database.
+    let err = db.tree(Some("aaa-plain")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoSuchDatabase);
+    assert!(err.to_string().contains("plain record"), "{err}");
+
+    let err = Database::open("/nonexistent/lmdbio/db".as_ref())
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let empty_dir = kit::TempDir::new().unwrap();
+    let err = Database::open(empty_dir.path()).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(err.to_string().contains("data.mdb"), "{err}");
+}
+
+#[test]
+fn main_database_with_named_databases_lists_their_descriptors() {
+    let fx = kit::named_databases(34);
+    let main = kit::Fixture { subdb: None, ..fx };
+    let oracle = main.oracle();
+    let ours = read_all(
+        &main,
+        &IndexOptions::default(),
+        CoalesceOptions::default(),
+        10,
+    );
+    assert_same(&main, &ours, &oracle);
+    assert_eq!(ours.len(), 3); // aaa-plain, train, val
+}

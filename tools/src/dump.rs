@@ -14,7 +14,7 @@ pub struct Args {
     /// Dump the named database instead of the main one.
     #[arg(short = 's', value_name = "NAME")]
     subdb: Option<String>,
-    /// Printable characters as-is, others as \xx (mdb_dump -p).
+    /// Printable characters as-is, others as \\xx (mdb_dump -p).
     #[arg(short = 'p')]
     print: bool,
     /// Accepted for mdb_dump compatibility: a file path is always read as
@@ -104,9 +104,7 @@ fn write_item<W: Write>(out: &mut W, bytes: &[u8], print: bool) -> io::Result<()
         if !print {
             line.extend_from_slice(&[HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
         } else if (0x20..0x7f).contains(&b) {
-            if b == b'\\' {
-                line.push(b'\\');
-            }
+            // mdb_dump 0.9.24 does not escape a printable backslash.
             line.push(b);
         } else {
             line.extend_from_slice(&[b'\\', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);

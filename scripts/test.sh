@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine (run as root, or with
+# sudo available): installs system packages, then format and lint checks,
+# every unit and integration test, a bounded fuzz run and a benchmark smoke
+# run. `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+
+# Pin MPICH explicitly: with Open MPI also installed, the generic names may
+# point at either implementation.
+export MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "lint"
+cargo clippy --workspace --all-targets --locked -q -- -D warnings
+
+step "tests"
+cargo test --workspace --locked
+
+step "fuzz smoke (bounded)"
+LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh
+
+step "benchmark smoke (small data; figures in docs/PERFORMANCE.md come from full runs)"
+LMDBIO_BENCH_RECORDS="${LMDBIO_BENCH_RECORDS:-300}" cargo bench -p lmdbio-benches --locked -q
+
+step "all checks passed"
