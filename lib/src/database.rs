@@ -104,7 +104,11 @@ impl<R: ReadAt> Database<R> {
     /// The map size `mdb_env_info` reports for a reader that set none: the
     /// recorded one, raised to cover every committed page.
     pub fn map_size(&self) -> u64 {
-        let committed = (self.meta.mm_last_pg + 1).saturating_mul(self.page_size() as u64);
+        let committed = self
+            .meta
+            .mm_last_pg
+            .saturating_add(1)
+            .saturating_mul(self.page_size() as u64);
         self.meta.mm_mapsize.max(committed)
     }
 

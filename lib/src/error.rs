@@ -65,6 +65,28 @@ pub enum Error {
     /// ordinal out of range).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A configured bound cannot be met (shared window too small for one
+    /// batch, a request larger than MPI can describe).
+    #[error("resource limit: {0}")]
+    ResourceLimit(String),
+
+    /// An MPI call returned an error.
+    #[error("{call} failed: {message} (code {code})")]
+    Mpi {
+        call: &'static str,
+        code: i32,
+        message: String,
+    },
+
+    /// Another rank failed inside a collective call; every rank returns
+    /// this so none waits forever.
+    #[error("rank {rank} failed: {message}")]
+    OnRank {
+        rank: usize,
+        kind: ErrorKind,
+        message: String,
+    },
 }
 
 fn detail_suffix(detail: &str) -> String {
@@ -88,6 +110,9 @@ impl Error {
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::NoSuchDatabase { .. } => ErrorKind::NoSuchDatabase,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::ResourceLimit(_) => ErrorKind::ResourceLimit,
+            Error::Mpi { .. } => ErrorKind::Mpi,
+            Error::OnRank { kind, .. } => *kind,
         }
     }
 }
@@ -102,4 +127,40 @@ pub enum ErrorKind {
     Unsupported,
     NoSuchDatabase,
     InvalidArgument,
+    ResourceLimit,
+    Mpi,
+}
+
+impl ErrorKind {
+    /// Stable numbers for the C ABI and for carrying a kind between ranks.
+    /// Never renumber; add at the end.
+    pub fn code(self) -> i32 {
+        match self {
+            ErrorKind::NotFound => 1,
+            ErrorKind::Io => 2,
+            ErrorKind::Truncated => 3,
+            ErrorKind::NotLmdb => 4,
+            ErrorKind::Corrupt => 5,
+            ErrorKind::Unsupported => 6,
+            ErrorKind::NoSuchDatabase => 7,
+            ErrorKind::InvalidArgument => 8,
+            ErrorKind::ResourceLimit => 9,
+            ErrorKind::Mpi => 10,
+        }
+    }
+
+    pub fn from_code(code: i32) -> ErrorKind {
+        match code {
+            1 => ErrorKind::NotFound,
+            2 => ErrorKind::Io,
+            3 => ErrorKind::Truncated,
+            4 => ErrorKind::NotLmdb,
+            5 => ErrorKind::Corrupt,
+            6 => ErrorKind::Unsupported,
+            7 => ErrorKind::NoSuchDatabase,
+            8 => ErrorKind::InvalidArgument,
+            9 => ErrorKind::ResourceLimit,
+            _ => ErrorKind::Mpi,
+        }
+    }
 }

@@ -60,7 +60,7 @@ impl Layout {
             sequential as f64 / pairs as f64
         };
         let all: Vec<usize> = (0..index.len()).collect();
-        let plan = ReadPlan::for_records(index, &all, CoalesceOptions::default());
+        let plan = ReadPlan::for_records(&index.entries, &all, CoalesceOptions::default());
         layout.full_pass_requests = plan.runs.len() as u64;
         layout.full_pass_bytes = plan.buffer_len;
         layout

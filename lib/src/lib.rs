@@ -36,11 +36,14 @@
 //! ```
 
 pub mod database;
+pub mod engine;
 pub mod error;
 pub mod format;
 pub mod index;
 pub mod layout;
+pub mod mpi_raw;
 pub mod plan;
+pub mod schedule;
 pub mod source;
 pub mod values;
 

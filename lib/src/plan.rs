@@ -8,7 +8,7 @@
 //! is pure arithmetic over the index; the same plan feeds `pread` and the
 //! MPI-IO engine.
 
-use crate::index::RecordIndex;
+use crate::index::RecordEntry;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoalesceOptions {
@@ -59,11 +59,11 @@ pub struct ReadPlan {
 impl ReadPlan {
     /// Plans the reads for `ordinals` (any order; repeats are read once).
     pub fn for_records(
-        index: &RecordIndex,
+        entries: &[RecordEntry],
         ordinals: &[usize],
         options: CoalesceOptions,
     ) -> ReadPlan {
-        let spans: Vec<(u64, u64)> = ordinals.iter().map(|&i| index.entries[i].span()).collect();
+        let spans: Vec<(u64, u64)> = ordinals.iter().map(|&i| entries[i].span()).collect();
         ReadPlan::for_spans(&spans, options)
     }
 
@@ -139,48 +139,20 @@ mod tests {
         // Out of order on purpose: placements follow request order.
         let spans = [(40, 10), (0, 30), (33, 5), (200, 10), (90, 20)];
         let plan = ReadPlan::for_spans(&spans, OPTS);
+        let run = |file_offset, len, buf_offset| ReadRun {
+            file_offset,
+            len,
+            buf_offset,
+        };
         assert_eq!(
             plan.runs,
-            vec![
-                ReadRun {
-                    file_offset: 0,
-                    len: 38,
-                    buf_offset: 0
-                },
-                ReadRun {
-                    file_offset: 40,
-                    len: 70,
-                    buf_offset: 38
-                },
-                ReadRun {
-                    file_offset: 200,
-                    len: 10,
-                    buf_offset: 108
-                },
-            ]
+            vec![run(0, 50, 0), run(90, 20, 50), run(200, 10, 70)]
         );
-        assert_eq!(plan.buffer_len, 118);
-        assert_eq!(
-            plan.placements[0],
-            Placement {
-                buf_offset: 38,
-                len: 10
-            }
-        );
-        assert_eq!(
-            plan.placements[2],
-            Placement {
-                buf_offset: 33,
-                len: 5
-            }
-        );
-        assert_eq!(
-            plan.placements[4],
-            Placement {
-                buf_offset: 88,
-                len: 20
-            }
-        );
+        assert_eq!(plan.buffer_len, 80);
+        let at = |buf_offset, len| Placement { buf_offset, len };
+        assert_eq!(plan.placements[0], at(40, 10));
+        assert_eq!(plan.placements[2], at(33, 5));
+        assert_eq!(plan.placements[4], at(50, 20));
     }
 
     #[test]

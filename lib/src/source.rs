@@ -18,6 +18,9 @@ pub trait ReadAt: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     /// Length of the file in bytes, as seen when it was opened.
     fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Name used in error messages.
     fn path(&self) -> &Path;
     /// Requests and bytes served so far.

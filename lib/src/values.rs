@@ -41,7 +41,7 @@ pub fn read_values<R: ReadAt>(
     ordinals: &[usize],
     options: CoalesceOptions,
 ) -> Result<ValueBatch> {
-    let plan = ReadPlan::for_records(index, ordinals, options);
+    let plan = ReadPlan::for_records(&index.entries, ordinals, options);
     let mut buffer = vec![0u8; plan.buffer_len as usize];
     for run in &plan.runs {
         let at = run.buf_offset as usize;
@@ -75,16 +75,28 @@ pub fn check_overflow_header<R: ReadAt>(
     entry: &RecordEntry,
     header: &[u8],
 ) -> Result<()> {
-    let psize = db.page_size();
+    match overflow_header_problem(entry, header, db.page_size()) {
+        None => Ok(()),
+        Some((pgno, reason)) => Err(db.corrupt(pgno, reason)),
+    }
+}
+
+/// What is wrong with an overflow run's header, if anything: `(page, why)`.
+pub fn overflow_header_problem(
+    entry: &RecordEntry,
+    header: &[u8],
+    psize: u32,
+) -> Option<(u64, String)> {
     let pgno = (entry.value_offset - PAGEHDRSZ as u64) / psize as u64;
-    let h =
-        PageHeader::parse(header).ok_or_else(|| db.corrupt(pgno, "overflow header cut short"))?;
+    let Some(h) = PageHeader::parse(header) else {
+        return Some((pgno, "overflow header cut short".into()));
+    };
     let needed = overflow_pages(entry.value_len as u64, psize);
     if h.mp_pgno != pgno
         || h.kind_flags() != page_flags::P_OVERFLOW
         || (h.mp_pages() as u64) < needed
     {
-        return Err(db.corrupt(
+        return Some((
             pgno,
             format!(
                 "bad overflow page header (mp_pgno {}, flags {:#06x}, mp_pages {}) for a {}-byte value needing {needed} pages",
@@ -95,5 +107,5 @@ pub fn check_overflow_header<R: ReadAt>(
             ),
         ));
     }
-    Ok(())
+    None
 }

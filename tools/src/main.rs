@@ -1,5 +1,6 @@
 //! The `lmdbio` command. Each subcommand is a thin layer over the library.
 
+mod bench;
 mod dump;
 mod inspect;
 
@@ -24,6 +25,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Print a database exactly as `mdb_dump` does.
     Dump(dump::Args),
+    /// Read a database on every rank of an mpiexec job and report speed.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Dump(args) => dump::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -49,4 +53,6 @@ pub enum CommandError {
     Lmdbio(#[from] lmdbio::Error),
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
+    #[error("{0}")]
+    Usage(String),
 }

@@ -200,7 +200,7 @@ fn check_child<R: ReadAt>(db: &Database<R>, pgno: u64, what: &str) -> Result<()>
         return Err(Error::Truncated {
             path: db.path().to_owned(),
             what: format!("page {pgno}"),
-            needed_end: (pgno + 1) * psize,
+            needed_end: pgno.saturating_add(1).saturating_mul(psize),
             file_len: db.source().len(),
         });
     }
@@ -227,19 +227,51 @@ fn expect_kind<R: ReadAt>(
     Ok(())
 }
 
-/// Builds the index of `tree`. See the module documentation.
+/// Builds the index of `tree` in this process. See the module
+/// documentation; the MPI engine runs the same phases spread over nodes.
 pub(crate) fn build<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     options: &IndexOptions,
 ) -> Result<RecordIndex> {
     let io_start = db.source().counters();
-    let psize = db.page_size();
-    let mut index = RecordIndex {
-        page_size: psize,
-        ..Default::default()
-    };
+    let pages = walk_tree(db, tree, options.chunk_pages)?;
+    let part = parse_leaves(db, tree, &pages.leaves, options)?;
+    let overflow_pages = check_index(db, tree, &pages, &part.entries, &part.keys)?;
+    let io = db.source().counters().since(io_start);
+    Ok(RecordIndex {
+        keys: part.keys,
+        entries: part.entries,
+        page_size: db.page_size(),
+        stats: IndexStats {
+            branch_pages: pages.branches.len() as u64,
+            leaf_pages: pages.leaves.len() as u64,
+            overflow_pages,
+            pages_read: io.bytes_read / db.page_size() as u64,
+            io,
+        },
+    })
+}
+
+/// The page numbers of a tree's branch pages and, in key order, its leaf
+/// pages: everything the upper levels say, before any leaf is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TreePages {
+    pub branches: Vec<u64>,
+    pub leaves: Vec<u64>,
+}
+
+/// Reads the branch levels of `tree` (each level in page-number order,
+/// coalesced, `chunk_pages` at a time) and lists its leaves in key order.
+/// Refuses a page reached twice, a child outside the file, and levels that
+/// disagree with the recorded depth.
+pub fn walk_tree<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    chunk_pages: usize,
+) -> Result<TreePages> {
     let d = &tree.db;
+    let mut pages = TreePages::default();
     if d.is_empty_tree() {
         if d.md_entries != 0 || d.md_depth != 0 {
             return Err(db.corrupt(
@@ -250,20 +282,18 @@ pub(crate) fn build<R: ReadAt>(
                 ),
             ));
         }
-        index.stats.io = db.source().counters().since(io_start);
-        return Ok(index);
+        return Ok(pages);
     }
     if d.md_depth == 0 || d.md_depth > 64 {
         return Err(db.corrupt(d.md_root, format!("impossible tree depth {}", d.md_depth)));
     }
     let mut seen = PageBitmap::new(db.page_limit());
     let mut level: Vec<u64> = vec![d.md_root];
-    let mut branch_pages = 0u64;
     for depth in 1..d.md_depth {
         claim_pages(db, &mut seen, &level)?;
         let mut next = Vec::new();
-        for chunk in level.chunks(options.chunk_pages.max(1)) {
-            let batch = PageBatch::read(db.source(), psize, chunk)?;
+        for chunk in level.chunks(chunk_pages.max(1)) {
+            let batch = PageBatch::read(db.source(), db.page_size(), chunk)?;
             for &pgno in chunk {
                 let page =
                     TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
@@ -273,48 +303,79 @@ pub(crate) fn build<R: ReadAt>(
                 }
             }
         }
-        branch_pages += level.len() as u64;
+        pages.branches.extend_from_slice(&level);
         level = next;
     }
     claim_pages(db, &mut seen, &level)?;
-    let leaves = level;
+    pages.leaves = level;
+    Ok(pages)
+}
 
-    let chunks = parse_leaves(db, tree, &leaves, options)?;
-    let total: usize = chunks.iter().map(|c| c.entries.len()).sum();
-    index.entries.reserve_exact(total);
-    index
-        .keys
-        .reserve_exact(chunks.iter().map(|c| c.keys.len()).sum());
-    let order = tree.key_order();
-    for chunk in chunks {
-        if let (Some(last), Some(first)) = (index.entries.last(), chunk.entries.first()) {
-            let prev_key = &index.keys[last.key_start as usize..][..last.key_len as usize];
-            let key = &chunk.keys[first.key_start as usize..][..first.key_len as usize];
-            if !order.compare(prev_key, key).is_lt() {
-                return Err(db.corrupt(chunk.first_leaf, "keys out of order across leaf pages"));
-            }
-        }
-        let base = index.keys.len() as u64;
-        index.keys.extend_from_slice(&chunk.keys);
-        index
-            .entries
-            .extend(chunk.entries.iter().map(|e| RecordEntry {
+/// Records of a run of leaf pages, in key order; `key_start` is relative
+/// to `keys`.
+#[derive(Debug, Clone, Default)]
+pub struct IndexPart {
+    pub keys: Vec<u8>,
+    pub entries: Vec<RecordEntry>,
+}
+
+impl IndexPart {
+    /// Appends `other`, rebasing its key offsets.
+    pub fn append(&mut self, other: &IndexPart) {
+        let base = self.keys.len() as u64;
+        self.keys.extend_from_slice(&other.keys);
+        self.entries
+            .extend(other.entries.iter().map(|e| RecordEntry {
                 key_start: e.key_start + base,
                 ..*e
             }));
     }
+}
 
-    let overflow = claim_overflow_runs(db, &mut seen, &index.entries)?;
-    index.stats = IndexStats {
-        branch_pages,
-        leaf_pages: leaves.len() as u64,
-        overflow_pages: overflow,
-        pages_read: 0,
-        io: db.source().counters().since(io_start),
-    };
-    index.stats.pages_read = index.stats.io.bytes_read / psize as u64;
-    check_counts(db, tree, &index)?;
-    Ok(index)
+/// The last check of a whole index, however it was assembled: keys strictly
+/// ascending (also across the seams between separately parsed parts),
+/// overflow runs overlapping no tree page and no other run, and counts
+/// matching the tree descriptor. Returns the overflow pages the values need.
+pub fn check_index<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    pages: &TreePages,
+    entries: &[RecordEntry],
+    keys: &[u8],
+) -> Result<u64> {
+    let order = tree.key_order();
+    let psize = db.page_size() as u64;
+    let key =
+        |e: &RecordEntry| keys.get(e.key_start as usize..(e.key_start + e.key_len as u64) as usize);
+    for (i, pair) in entries.windows(2).enumerate() {
+        let (Some(a), Some(b)) = (key(&pair[0]), key(&pair[1])) else {
+            return Err(db.corrupt(
+                0,
+                format!("record {} has a key outside the key store", i + 1),
+            ));
+        };
+        if !order.compare(a, b).is_lt() {
+            let pgno =
+                (pair[1].value_offset - PAGEHDRSZ as u64 * pair[1].is_overflow() as u64) / psize;
+            return Err(db.corrupt(
+                pgno,
+                format!("records {i} and {} are out of key order", i + 1),
+            ));
+        }
+    }
+    let mut seen = PageBitmap::new(db.page_limit());
+    for &p in pages.branches.iter().chain(&pages.leaves) {
+        check_child(db, p, "tree page")?;
+        if !seen.insert(p) {
+            return Err(db.corrupt(
+                p,
+                "page is referenced twice in the tree (a cycle or shared subtree)",
+            ));
+        }
+    }
+    let overflow_pages = claim_overflow_runs(db, &mut seen, entries)?;
+    check_counts(db, tree, pages, entries.len() as u64, overflow_pages)?;
+    Ok(overflow_pages)
 }
 
 /// Marks tree pages as used; a page reached twice means a cycle or shared
@@ -344,6 +405,12 @@ fn claim_overflow_runs<R: ReadAt>(
     for e in entries.iter().filter(|e| e.is_overflow()) {
         let first = (e.value_offset - PAGEHDRSZ as u64) / psize;
         let count = overflow_pages(e.value_len as u64, psize as u32);
+        if first.saturating_add(count) > db.page_limit() {
+            return Err(db.corrupt(
+                first,
+                format!("overflow run of {count} pages runs past the file"),
+            ));
+        }
         if let Some(p) = seen.insert_run(first, count) {
             return Err(db.corrupt(
                 first,
@@ -355,13 +422,22 @@ fn claim_overflow_runs<R: ReadAt>(
     Ok(total)
 }
 
-fn check_counts<R: ReadAt>(db: &Database<R>, tree: &Tree, index: &RecordIndex) -> Result<()> {
+fn check_counts<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    pages: &TreePages,
+    entries: u64,
+    overflow_pages: u64,
+) -> Result<()> {
     let d = &tree.db;
-    let s = &index.stats;
     let exact = [
-        ("entries", d.md_entries, index.entries.len() as u64),
-        ("branch pages", d.md_branch_pages, s.branch_pages),
-        ("leaf pages", d.md_leaf_pages, s.leaf_pages),
+        ("entries", d.md_entries, entries),
+        (
+            "branch pages",
+            d.md_branch_pages,
+            pages.branches.len() as u64,
+        ),
+        ("leaf pages", d.md_leaf_pages, pages.leaves.len() as u64),
     ];
     for (what, recorded, walked) in exact {
         if recorded != walked {
@@ -376,12 +452,12 @@ fn check_counts<R: ReadAt>(db: &Database<R>, tree: &Tree, index: &RecordIndex) -
     // A value overwritten in place by a shorter one keeps its whole run
     // (mdb_cursor_put reuses a dirty overflow run that is large enough), so
     // the runs implied by value sizes may total less than recorded, never more.
-    if s.overflow_pages > d.md_overflow_pages {
+    if overflow_pages > d.md_overflow_pages {
         return Err(db.corrupt(
             d.md_root,
             format!(
                 "values need {} overflow pages but the tree descriptor records only {}",
-                s.overflow_pages, d.md_overflow_pages
+                overflow_pages, d.md_overflow_pages
             ),
         ));
     }
@@ -390,17 +466,18 @@ fn check_counts<R: ReadAt>(db: &Database<R>, tree: &Tree, index: &RecordIndex) -
 
 /// Records parsed from a contiguous (in key order) run of leaf pages.
 struct LeafChunk {
-    first_leaf: u64,
     keys: Vec<u8>,
     entries: Vec<RecordEntry>,
 }
 
-fn parse_leaves<R: ReadAt>(
+/// Parses `leaves` (in key order) into one part, `options.threads` chunks
+/// at a time. Reads each leaf once, coalesced within a chunk.
+pub fn parse_leaves<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     leaves: &[u64],
     options: &IndexOptions,
-) -> Result<Vec<LeafChunk>> {
+) -> Result<IndexPart> {
     let chunk_pages = options.chunk_pages.clamp(1, 1 << 20);
     let work: Vec<&[u64]> = leaves.chunks(chunk_pages).collect();
     let threads = match options.threads {
@@ -433,17 +510,30 @@ fn parse_leaves<R: ReadAt>(
         });
     }
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut part = IndexPart::default();
+    part.entries.reserve_exact(
+        results
+            .iter()
+            .map(|r| {
+                r.as_ref()
+                    .and_then(|r| r.as_ref().ok())
+                    .map_or(0, |c| c.entries.len())
+            })
+            .sum(),
+    );
     // The first error in key order wins, so the message does not depend on
     // thread timing more than it must.
-    let mut chunks = Vec::with_capacity(results.len());
     for r in results {
         match r {
-            Some(Ok(c)) => chunks.push(c),
+            Some(Ok(c)) => part.append(&IndexPart {
+                keys: c.keys,
+                entries: c.entries,
+            }),
             Some(Err(e)) => return Err(e),
             None => {}
         }
     }
-    Ok(chunks)
+    Ok(part)
 }
 
 fn parse_leaf_chunk<R: ReadAt>(db: &Database<R>, tree: &Tree, pgnos: &[u64]) -> Result<LeafChunk> {
@@ -451,7 +541,6 @@ fn parse_leaf_chunk<R: ReadAt>(db: &Database<R>, tree: &Tree, pgnos: &[u64]) -> 
     let batch = PageBatch::read(db.source(), psize, pgnos)?;
     let order = tree.key_order();
     let mut chunk = LeafChunk {
-        first_leaf: pgnos[0],
         keys: Vec::new(),
         entries: Vec::new(),
     };
@@ -511,7 +600,7 @@ fn check_overflow<R: ReadAt>(
 ) -> Result<()> {
     let psize = db.page_size();
     let count = overflow_pages(size as u64, psize);
-    let end = first.checked_add(count).unwrap_or(u64::MAX);
+    let end = first.saturating_add(count);
     if first < 2 || end > db.meta().mm_last_pg.saturating_add(1) {
         return Err(db.corrupt(
             leaf,
@@ -525,7 +614,7 @@ fn check_overflow<R: ReadAt>(
         return Err(Error::Truncated {
             path: db.path().to_owned(),
             what: format!("overflow run at page {first} ({count} pages, from leaf page {leaf})"),
-            needed_end: end * psize as u64,
+            needed_end: end.saturating_mul(psize as u64),
             file_len: db.source().len(),
         });
     }

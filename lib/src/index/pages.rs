@@ -71,9 +71,27 @@ impl PageBitmap {
     }
 
     /// Marks `[first, first + count)`; returns the first page already
-    /// marked, if any (then nothing is guaranteed about the rest).
+    /// marked, if any (then nothing is guaranteed about the rest). Works a
+    /// word at a time: overflow runs cover most pages of an image database.
     pub fn insert_run(&mut self, first: u64, count: u64) -> Option<u64> {
-        (first..first + count).find(|&p| !self.insert(p))
+        let end = first + count;
+        let mut p = first;
+        while p < end {
+            let (w, b) = ((p / 64) as usize, p % 64);
+            let n = (64 - b).min(end - p);
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << b
+            };
+            let clash = self.words[w] & mask;
+            if clash != 0 {
+                return Some(w as u64 * 64 + clash.trailing_zeros() as u64);
+            }
+            self.words[w] |= mask;
+            p += n;
+        }
+        None
     }
 }
 
@@ -105,5 +123,9 @@ mod tests {
         assert!(!m.insert(129));
         assert_eq!(m.insert_run(10, 5), None);
         assert_eq!(m.insert_run(12, 5), Some(12));
+        assert_eq!(m.insert_run(20, 100), None);
+        assert_eq!(m.insert_run(119, 1), Some(119));
+        assert_eq!(m.insert_run(0, 10), None);
+        assert_eq!(m.insert_run(5, 64), Some(5));
     }
 }

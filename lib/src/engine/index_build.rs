@@ -1,0 +1,195 @@
+//! Building the record index across nodes: the first rank of each node (a
+//! "master") takes part; the tree's upper levels are read once by master 0
+//! and broadcast, the leaf pages are split among the masters, and the parts
+//! are gathered into every node's shared index.
+
+use super::agree::agree_ok;
+use super::shared_index::{entries_as_bytes, SharedIndex};
+use crate::database::{Database, Tree};
+use crate::error::{Error, Result};
+use crate::index::{check_index, parse_leaves, walk_tree, IndexOptions, IndexPart, TreePages};
+use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
+use crate::source::{IoSnapshot, ReadAt};
+
+pub(crate) struct BuiltIndex {
+    pub index: SharedIndex,
+    pub page_size: u32,
+    /// Reads this rank made for the index.
+    pub io: IoSnapshot,
+}
+
+/// What a master holds after opening the tree: the database, the tree,
+/// and (on master 0 only) its pages.
+type OpenedTree<'f> = (Database<MpiFileSource<'f>>, Tree, Option<TreePages>);
+
+struct MasterState<'f> {
+    db: Database<MpiFileSource<'f>>,
+    tree: Tree,
+    pages: TreePages,
+    part: IndexPart,
+}
+
+/// Collective over `world`. `masters` and `file` are present on masters
+/// (every master is a reader).
+pub(crate) fn build(
+    world: &Comm,
+    node: &Comm,
+    masters: Option<&Comm>,
+    file: Option<&MpiFile>,
+    subdb: Option<&str>,
+) -> Result<BuiltIndex> {
+    // Phase 1: open the tree and read its upper levels once.
+    let opened = agree_ok(world, open_tree(masters, file, subdb))?;
+    // Phase 2: share the page lists and parse this master's leaves.
+    let parsed = agree_ok(world, parse_share(masters, opened))?;
+
+    // Phase 3: sizes to everyone, then the node's shared copy.
+    let mut sizes = [0i64; 3];
+    let mut counts = Vec::new();
+    if let (Some(m), Some(state)) = (masters, &parsed) {
+        let all = m.allgather_i64(&[
+            state.part.entries.len() as i64,
+            state.part.keys.len() as i64,
+        ])?;
+        counts = all
+            .chunks(2)
+            .map(|c| (c[0] as u64, c[1] as u64))
+            .collect::<Vec<_>>();
+        sizes = [
+            counts.iter().map(|c| c.0).sum::<u64>() as i64,
+            counts.iter().map(|c| c.1).sum::<u64>() as i64,
+            state.db.page_size() as i64,
+        ];
+    }
+    // World rank 0 is node rank 0 of its node, hence a master.
+    world.bcast_i64(0, &mut sizes)?;
+    let (records, key_bytes, page_size) = (sizes[0] as usize, sizes[1] as usize, sizes[2] as u32);
+    let index = agree_ok(world, SharedIndex::allocate(node, records, key_bytes))?;
+
+    let mut index = index;
+    let mut io = IoSnapshot::default();
+    let gathered = match (masters, parsed) {
+        (Some(m), Some(state)) => {
+            io = state.db.source().counters();
+            gather_into(m, &mut index, &counts, state)
+        }
+        _ => Ok(()),
+    };
+    let published = gathered.and_then(|()| index.window().sync());
+    agree_ok(world, published)?;
+    index.window().sync()?;
+    Ok(BuiltIndex {
+        index,
+        page_size,
+        io,
+    })
+}
+
+fn open_tree<'f>(
+    masters: Option<&Comm>,
+    file: Option<&'f MpiFile>,
+    subdb: Option<&str>,
+) -> Result<Option<OpenedTree<'f>>> {
+    let (Some(m), Some(file)) = (masters, file) else {
+        return Ok(None);
+    };
+    let db = Database::from_source(MpiFileSource::new(file))?;
+    let tree = db.tree(subdb)?;
+    let pages = if m.rank() == 0 {
+        Some(walk_tree(&db, &tree, IndexOptions::default().chunk_pages)?)
+    } else {
+        None
+    };
+    Ok(Some((db, tree, pages)))
+}
+
+fn parse_share<'f>(
+    masters: Option<&Comm>,
+    opened: Option<OpenedTree<'f>>,
+) -> Result<Option<MasterState<'f>>> {
+    let (Some(m), Some((db, tree, pages))) = (masters, opened) else {
+        return Ok(None);
+    };
+    let mut bytes = pages.as_ref().map(encode_pages).unwrap_or_default();
+    m.bcast_bytes(0, &mut bytes)?;
+    let pages = decode_pages(&bytes)?;
+    let n = pages.leaves.len();
+    let (lo, hi) = (n * m.rank() / m.size(), n * (m.rank() + 1) / m.size());
+    // One thread: MPI may only be called from the thread driving us.
+    let options = IndexOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let part = parse_leaves(&db, &tree, &pages.leaves[lo..hi], &options)?;
+    Ok(Some(MasterState {
+        db,
+        tree,
+        pages,
+        part,
+    }))
+}
+
+/// Gathers every master's part into this node's shared index and checks
+/// the whole.
+fn gather_into(
+    masters: &Comm,
+    index: &mut SharedIndex,
+    counts: &[(u64, u64)],
+    mut state: MasterState,
+) -> Result<()> {
+    let key_base: u64 = counts[..masters.rank()].iter().map(|c| c.1).sum();
+    for e in &mut state.part.entries {
+        e.key_start += key_base;
+    }
+    let entry_counts: Vec<u64> = counts.iter().map(|c| c.0 * 24).collect();
+    let key_counts: Vec<u64> = counts.iter().map(|c| c.1).collect();
+    {
+        // SAFETY: we are the node's first rank and the index is not yet
+        // published (the other ranks wait in the agreement that follows).
+        let (entries, keys) = unsafe { index.regions_mut() };
+        if masters.size() == 1 {
+            entries.copy_from_slice(entries_as_bytes(&state.part.entries));
+            keys.copy_from_slice(&state.part.keys);
+        } else {
+            masters.allgatherv_bytes(
+                entries_as_bytes(&state.part.entries),
+                &entry_counts,
+                entries,
+            )?;
+            masters.allgatherv_bytes(&state.part.keys, &key_counts, keys)?;
+        }
+    }
+    check_index(
+        &state.db,
+        &state.tree,
+        &state.pages,
+        index.entries(),
+        index.keys(),
+    )?;
+    Ok(())
+}
+
+fn encode_pages(p: &TreePages) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 8 * (p.branches.len() + p.leaves.len()));
+    out.extend_from_slice(&(p.branches.len() as u64).to_le_bytes());
+    for &x in p.branches.iter().chain(&p.leaves) {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+fn decode_pages(b: &[u8]) -> Result<TreePages> {
+    let bad = || Error::InvalidArgument("malformed page list from master 0".into());
+    let words: Vec<u64> = b
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect();
+    let (&nb, rest) = words.split_first().ok_or_else(bad)?;
+    if nb as usize > rest.len() {
+        return Err(bad());
+    }
+    Ok(TreePages {
+        branches: rest[..nb as usize].to_vec(),
+        leaves: rest[nb as usize..].to_vec(),
+    })
+}

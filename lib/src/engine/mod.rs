@@ -1,0 +1,614 @@
+//! The MPI read engine: P ranks read one LMDB together.
+//!
+//! * Ranks are grouped into nodes (`MPI_Comm_split_type(SHARED)`, or K
+//!   consecutive ranks per virtual node). Only the first
+//!   `readers_per_node` ranks of a node open the file, once, on the readers'
+//!   communicator.
+//! * The record index is built across nodes ([`index_build`]) into each
+//!   node's shared memory.
+//! * Batches are served in *rounds*: a round covers the next `prefetch`
+//!   steps of every rank on the node. The node's readers plan the round's
+//!   value spans into large coalesced runs and read them with collective
+//!   MPI-IO (optionally staggered) straight into the node's shared window;
+//!   every rank then gets pointers into that window. Nothing is copied after
+//!   the read.
+//! * Every rank can compute every other rank's batches (see
+//!   [`crate::schedule`]), so planning needs no messages; one reduction per
+//!   round agrees on the round length and on errors.
+//!
+//! `open`, `next_batch` and dropping the engine are collective over the
+//! communicator given to `open`.
+
+mod agree;
+mod index_build;
+mod shared_index;
+
+use std::path::Path;
+use std::time::Instant;
+
+use agree::{agree, agree_ok};
+use shared_index::SharedIndex;
+
+use crate::database::data_file_path;
+use crate::error::{Error, Result};
+use crate::format::PAGEHDRSZ;
+use crate::mpi_raw::{Comm, MpiFile, RawComm, ReduceOp, SharedWindow};
+use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
+use crate::schedule::{Partition, Schedule, Tail};
+use crate::values::overflow_header_problem;
+
+/// How the engine reads. Defaults suit a bulk-loaded image database.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Named database to read (`None`: the main one).
+    pub subdb: Option<String>,
+    /// Records per batch per rank.
+    pub batch: usize,
+    pub partition: Partition,
+    pub tail: Tail,
+    /// Group K consecutive ranks into a virtual node instead of grouping by
+    /// shared memory (to exercise multi-node behaviour on one machine).
+    pub ranks_per_node: Option<usize>,
+    /// Ranks per node that open the file and read (at least 1).
+    pub readers_per_node: usize,
+    pub coalesce: CoalesceOptions,
+    /// Bytes of node-shared memory for values. Every round must fit: a round
+    /// holds the values of `prefetch` steps (fewer if they do not fit, but
+    /// at least one) of every rank on the node.
+    pub window_bytes: usize,
+    /// Steps read ahead in one round.
+    pub prefetch: usize,
+    /// At most this many readers read at once (staggering); `None`: all.
+    pub stagger: Option<usize>,
+    /// Collective (`MPI_File_read_at_all`) or independent reads.
+    pub collective: bool,
+    /// MPI-IO hints passed at open (e.g. `romio_cb_read=disable`).
+    pub hints: Vec<(String, String)>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            subdb: None,
+            batch: 64,
+            partition: Partition::Contiguous,
+            tail: Tail::Wrap,
+            ranks_per_node: None,
+            readers_per_node: 1,
+            coalesce: CoalesceOptions::default(),
+            window_bytes: 256 << 20,
+            prefetch: 4,
+            stagger: None,
+            collective: true,
+            hints: Vec::new(),
+        }
+    }
+}
+
+/// Per-rank counters; [`Engine::node_counters`] sums a node's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counters {
+    pub bytes_read: u64,
+    pub read_requests: u64,
+    pub file_opens: u64,
+    pub index_bytes_read: u64,
+    pub index_read_requests: u64,
+    pub bytes_delivered: u64,
+    pub records_delivered: u64,
+    pub rounds: u64,
+    pub io_seconds: f64,
+    pub wait_seconds: f64,
+}
+
+/// One record of a batch: where its key and value are, which record it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchRecord {
+    pub ordinal: u64,
+    pub epoch: u64,
+    key: (usize, usize),
+    value: (usize, usize),
+}
+
+/// The records of one step, borrowed from the node's shared memory until
+/// the next call to [`Engine::next_batch`].
+pub struct Batch<'e> {
+    engine: &'e Engine,
+    pub step: u64,
+}
+
+impl<'e> Batch<'e> {
+    pub fn len(&self) -> usize {
+        self.engine.batch.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.engine.batch.is_empty()
+    }
+
+    pub fn records(&self) -> &'e [BatchRecord] {
+        &self.engine.batch
+    }
+
+    pub fn key(&self, i: usize) -> &'e [u8] {
+        let (at, len) = self.engine.batch[i].key;
+        &self.engine.index.keys()[at..at + len]
+    }
+
+    pub fn value(&self, i: usize) -> &'e [u8] {
+        let (at, len) = self.engine.batch[i].value;
+        // SAFETY: the round that holds this batch was published (synced and
+        // agreed) and will not be overwritten before the next collective
+        // step, which needs `&mut Engine` and so ends this borrow.
+        unsafe { &self.engine.data.bytes()[at..at + len] }
+    }
+
+    /// Epoch of the batch's first record (ranks' epochs can differ by one
+    /// when shares differ in size).
+    pub fn epoch(&self) -> u64 {
+        self.engine
+            .batch
+            .first()
+            .map_or(self.engine.last_epoch, |r| r.epoch)
+    }
+}
+
+/// Whose a planned span is: (step offset within the round, node member).
+type SpanOwner = (usize, usize);
+
+/// The loaded round: steps `[first_step, first_step + steps)`.
+struct Round {
+    first_step: u64,
+    steps: u64,
+    /// Buffer offset and length of each record's span, by (step offset,
+    /// node member), in schedule order.
+    placements: Vec<Vec<Vec<(u64, u64)>>>,
+}
+
+pub struct Engine {
+    world: Comm,
+    node: Comm,
+    readers: Option<Comm>,
+    // Kept alive for the engine's life; used while building the index.
+    _masters: Option<Comm>,
+    file: Option<MpiFile>,
+    index: SharedIndex,
+    data: SharedWindow,
+    page_size: u32,
+    schedule: Schedule,
+    /// World ranks of this node's members, in node order.
+    members: Vec<u64>,
+    options: EngineOptions,
+    step: u64,
+    round: Option<Round>,
+    batch: Vec<BatchRecord>,
+    last_epoch: u64,
+    counters: Counters,
+    failed: Option<String>,
+}
+
+impl Engine {
+    /// Opens `path` (database directory or data file) on every rank of
+    /// `comm`. Collective; any rank's failure fails every rank.
+    pub fn open(comm: RawComm, path: &Path, options: EngineOptions) -> Result<Engine> {
+        let world = Comm::dup(comm)?;
+        let local_check = check_options(&options);
+        agree_ok(&world, local_check)?;
+
+        let shared = world.split_shared()?;
+        let node = match options.ranks_per_node {
+            Some(k) => shared
+                .split(Some(shared.rank() / k), shared.rank())?
+                .ok_or_else(|| Error::InvalidArgument("node split gave no communicator".into()))?,
+            None => shared,
+        };
+        let is_reader = node.rank() < options.readers_per_node;
+        let is_master = node.rank() == 0;
+        let readers = world.split(is_reader.then_some(0), world.rank())?;
+        let masters = world.split(is_master.then_some(0), world.rank())?;
+        let members: Vec<u64> = node
+            .allgather_i64(&[world.rank() as i64])?
+            .into_iter()
+            .map(|r| r as u64)
+            .collect();
+
+        // Resolve the path on readers only, and agree before the collective
+        // open so no reader enters MPI_File_open alone.
+        let resolved = if is_reader {
+            data_file_path(path).map(Some)
+        } else {
+            Ok(None)
+        };
+        let resolved = agree_ok(&world, resolved)?;
+        let file = match (&readers, resolved) {
+            (Some(r), Some(p)) => Some(MpiFile::open(r, &p, &options.hints)),
+            _ => None,
+        };
+        let file = match agree_ok(&world, file.transpose()) {
+            Ok(f) => f,
+            Err(e) => {
+                // Closing is collective over the readers, some of which
+                // never got a handle: leak ours rather than hang.
+                return Err(e);
+            }
+        };
+        let mut counters = Counters {
+            file_opens: u64::from(file.is_some()),
+            ..Default::default()
+        };
+
+        let built = index_build::build(
+            &world,
+            &node,
+            masters.as_ref(),
+            file.as_ref(),
+            options.subdb.as_deref(),
+        )?;
+        counters.index_bytes_read = built.io.bytes_read;
+        counters.index_read_requests = built.io.read_requests;
+        counters.bytes_read += built.io.bytes_read;
+        counters.read_requests += built.io.read_requests;
+
+        let data = agree_ok(&world, SharedWindow::allocate(&node, options.window_bytes))?;
+        let schedule = Schedule::new(
+            built.index.len() as u64,
+            world.size() as u64,
+            options.batch as u64,
+            options.partition,
+            options.tail,
+        );
+        Ok(Engine {
+            world,
+            node,
+            readers,
+            _masters: masters,
+            file,
+            index: built.index,
+            data,
+            page_size: built.page_size,
+            schedule,
+            members,
+            options,
+            step: 0,
+            round: None,
+            batch: Vec::new(),
+            last_epoch: 0,
+            counters,
+            failed: None,
+        })
+    }
+
+    /// Records in the database.
+    pub fn records(&self) -> u64 {
+        self.index.len() as u64
+    }
+
+    pub fn rank(&self) -> usize {
+        self.world.rank()
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.world.size()
+    }
+
+    pub fn node_rank(&self) -> usize {
+        self.node.rank()
+    }
+
+    pub fn node_size(&self) -> usize {
+        self.node.size()
+    }
+
+    pub fn is_reader(&self) -> bool {
+        self.readers.is_some()
+    }
+
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The next step to be delivered.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The sums of the node's counters, on every rank of the node
+    /// (collective over the node).
+    pub fn node_counters(&self) -> Result<Counters> {
+        let c = self.counters;
+        let mut ints = [
+            c.bytes_read,
+            c.read_requests,
+            c.file_opens,
+            c.index_bytes_read,
+            c.index_read_requests,
+            c.bytes_delivered,
+            c.records_delivered,
+            (c.io_seconds * 1e6) as u64,
+            (c.wait_seconds * 1e6) as u64,
+        ]
+        .map(|v| v as i64);
+        self.node.allreduce_i64(&mut ints, ReduceOp::Sum)?;
+        Ok(Counters {
+            bytes_read: ints[0] as u64,
+            read_requests: ints[1] as u64,
+            file_opens: ints[2] as u64,
+            index_bytes_read: ints[3] as u64,
+            index_read_requests: ints[4] as u64,
+            bytes_delivered: ints[5] as u64,
+            records_delivered: ints[6] as u64,
+            rounds: c.rounds,
+            io_seconds: ints[7] as f64 / 1e6,
+            wait_seconds: ints[8] as f64 / 1e6,
+        })
+    }
+
+    /// This rank's next batch. Collective over the communicator: every rank
+    /// calls it once per step. The previous batch's slices become invalid.
+    pub fn next_batch(&mut self) -> Result<Batch<'_>> {
+        if let Some(message) = &self.failed {
+            return Err(Error::InvalidArgument(format!(
+                "the engine failed earlier and cannot continue: {message}"
+            )));
+        }
+        match self.advance() {
+            Ok(()) => Ok(Batch {
+                engine: self,
+                step: self.step - 1,
+            }),
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        let t = self.step;
+        let loaded = self
+            .round
+            .as_ref()
+            .is_some_and(|r| t < r.first_step + r.steps);
+        if !loaded {
+            self.round = None;
+            self.load_round(t)?;
+        }
+        let round = self.round.as_ref().expect("round loaded above");
+        let me = self.node.rank();
+        let offset = (t - round.first_step) as usize;
+        let places = &round.placements[offset][me];
+        self.batch.clear();
+        let entries = self.index.entries();
+        let mut n = 0;
+        let mut delivered = 0u64;
+        let world_rank = self.world.rank() as u64;
+        let batch = &mut self.batch;
+        self.schedule.for_each_slot(world_rank, t, |slot| {
+            let ordinal = slot.position;
+            let e = &entries[ordinal as usize];
+            let (at, _) = places[n];
+            let header = if e.is_overflow() { PAGEHDRSZ as u64 } else { 0 };
+            batch.push(BatchRecord {
+                ordinal,
+                epoch: slot.epoch,
+                key: (e.key_start as usize, e.key_len as usize),
+                value: ((at + header) as usize, e.value_len as usize),
+            });
+            delivered += e.value_len as u64;
+            n += 1;
+        });
+        if let Some(first) = self.batch.first() {
+            self.last_epoch = first.epoch;
+        }
+        self.counters.records_delivered += self.batch.len() as u64;
+        self.counters.bytes_delivered += delivered;
+        self.step += 1;
+        Ok(())
+    }
+
+    /// Spans of every node member's records for steps `[first, first+k)`,
+    /// and who owns each: `(step offset, member)` per span.
+    fn round_spans(&self, first: u64, k: u64) -> (Vec<(u64, u64)>, Vec<SpanOwner>) {
+        let entries = self.index.entries();
+        let mut spans = Vec::new();
+        let mut owners = Vec::new();
+        for s in 0..k {
+            for (m, &rank) in self.members.iter().enumerate() {
+                self.schedule.for_each_slot(rank, first + s, |slot| {
+                    spans.push(entries[slot.position as usize].span());
+                    owners.push((s as usize, m));
+                });
+            }
+        }
+        (spans, owners)
+    }
+
+    /// The most steps (up to `prefetch`) whose round fits the window.
+    fn steps_that_fit(&self, first: u64) -> Result<u64> {
+        let mut k = self.options.prefetch.max(1) as u64;
+        loop {
+            let (spans, _) = self.round_spans(first, k);
+            let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
+            let per_reader_ok = plan.buffer_len / self.options.readers_per_node.max(1) as u64
+                <= i32::MAX as u64 / 2;
+            if plan.buffer_len <= self.data.len() as u64 && per_reader_ok {
+                return Ok(k);
+            }
+            if k == 1 {
+                return Err(Error::ResourceLimit(format!(
+                    "the shared window ({} bytes) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
+                    self.data.len(),
+                    plan.buffer_len
+                )));
+            }
+            k = k.div_ceil(2);
+        }
+    }
+
+    /// Reads the round starting at step `first` into the shared window.
+    fn load_round(&mut self, first: u64) -> Result<()> {
+        let waited = Instant::now();
+        // Masters find how many steps fit; the smallest wins everywhere so
+        // rounds (and collective reads) line up across nodes.
+        let fit = if self.node.rank() == 0 {
+            self.steps_that_fit(first).map(|k| k as i64)
+        } else {
+            Ok(i64::MAX)
+        };
+        let mut k = [*fit.as_ref().unwrap_or(&i64::MAX)];
+        agree(&self.world, fit, &mut k)?;
+        let k = k[0].max(1) as u64;
+
+        let (spans, owners) = self.round_spans(first, k);
+        let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
+        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
+
+        let io_start = Instant::now();
+        let read = self.read_my_runs(&plan, &spans);
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+
+        let waited = Instant::now();
+        let published = read.and_then(|()| self.data.sync());
+        agree_ok(&self.world, published)?;
+        self.data.sync()?;
+        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
+        self.counters.rounds += 1;
+
+        let members = self.members.len();
+        let mut placements = vec![vec![Vec::new(); members]; k as usize];
+        for (i, &(s, m)) in owners.iter().enumerate() {
+            let p = plan.placements[i];
+            placements[s][m].push((p.buf_offset, p.len));
+        }
+        self.round = Some(Round {
+            first_step: first,
+            steps: k,
+            placements,
+        });
+        Ok(())
+    }
+
+    /// This reader's share of the round's runs: the node's runs split into
+    /// `readers_per_node` contiguous groups of about equal bytes.
+    fn my_runs<'p>(&self, plan: &'p ReadPlan) -> &'p [ReadRun] {
+        let readers = self.options.readers_per_node.min(self.node.size()).max(1);
+        let me = self.node.rank();
+        let total = plan.buffer_len.max(1);
+        let group = |run: &ReadRun| (run.buf_offset * readers as u64 / total) as usize;
+        let lo = plan.runs.partition_point(|r| group(r) < me);
+        let hi = plan.runs.partition_point(|r| group(r) <= me);
+        &plan.runs[lo..hi]
+    }
+
+    fn read_my_runs(&mut self, plan: &ReadPlan, spans: &[(u64, u64)]) -> Result<()> {
+        let (Some(readers), Some(file)) = (&self.readers, &self.file) else {
+            return Ok(());
+        };
+        let runs = self.my_runs(plan);
+        let (buf_lo, buf_hi) = match (runs.first(), runs.last()) {
+            (Some(a), Some(b)) => (a.buf_offset as usize, (b.buf_offset + b.len) as usize),
+            _ => (0, 0),
+        };
+        // Staggering: readers take turns in groups of `stagger`; everyone
+        // takes part in every phase so collective calls always match.
+        let group = self.options.stagger.unwrap_or(readers.size()).max(1);
+        let phases = readers.size().div_ceil(group);
+        let my_phase = readers.rank() / group;
+        let mut result = Ok(());
+        for phase in 0..phases {
+            let mine = phase == my_phase && result.is_ok();
+            let (runs_now, range) = if mine {
+                (runs, buf_lo..buf_hi)
+            } else {
+                (&[][..], 0..0)
+            };
+            // SAFETY: each reader writes only its own contiguous range of
+            // the window (its runs are packed there by the plan); no rank
+            // reads the window until the round is published.
+            let buf = unsafe { &mut self.data.bytes_mut()[range] };
+            match file.read_runs(runs_now, buf, self.options.collective) {
+                Ok(n) => {
+                    self.counters.read_requests += n;
+                    self.counters.bytes_read += buf.len() as u64;
+                }
+                Err(e) if result.is_ok() => result = Err(e),
+                Err(_) => {}
+            }
+            if !self.options.collective && phases > 1 {
+                readers.barrier()?;
+            }
+        }
+        result?;
+        self.check_overflow_headers(plan, spans, buf_lo as u64, buf_hi as u64)
+    }
+
+    /// Checks the overflow headers that landed in this reader's range.
+    fn check_overflow_headers(
+        &self,
+        plan: &ReadPlan,
+        spans: &[(u64, u64)],
+        lo: u64,
+        hi: u64,
+    ) -> Result<()> {
+        // SAFETY: this reader finished writing its range; nobody else
+        // writes it during the round.
+        let bytes = unsafe { self.data.bytes() };
+        for (i, p) in plan.placements.iter().enumerate() {
+            // Overflow spans, and only they, start on a page boundary: an
+            // inline value never sits where a leaf page's header is.
+            let (offset, len) = spans[i];
+            if p.buf_offset < lo || p.buf_offset >= hi || offset % self.page_size as u64 != 0 {
+                continue;
+            }
+            let start = p.buf_offset as usize;
+            let header = &bytes[start..start + PAGEHDRSZ];
+            let probe = crate::index::RecordEntry {
+                key_start: 0,
+                value_offset: offset + PAGEHDRSZ as u64,
+                value_len: (len - PAGEHDRSZ as u64) as u32,
+                key_len: 0,
+                flags: crate::index::RecordEntry::OVERFLOW,
+            };
+            if let Some((pgno, reason)) = overflow_header_problem(&probe, header, self.page_size) {
+                let path = self
+                    .file
+                    .as_ref()
+                    .map(|f| f.path().to_owned())
+                    .unwrap_or_default();
+                return Err(Error::Corrupt {
+                    path,
+                    pgno,
+                    offset: pgno * self.page_size as u64,
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_options(o: &EngineOptions) -> Result<()> {
+    let bad = |what: &str| Err(Error::InvalidArgument(what.to_owned()));
+    if o.batch == 0 {
+        return bad("batch size must be at least 1");
+    }
+    if o.readers_per_node == 0 {
+        return bad("readers_per_node must be at least 1");
+    }
+    if o.ranks_per_node == Some(0) {
+        return bad("ranks_per_node must be at least 1");
+    }
+    if o.stagger == Some(0) {
+        return bad("stagger must be at least 1 reader at a time");
+    }
+    if o.prefetch == 0 {
+        return bad("prefetch must be at least 1 step");
+    }
+    if o.window_bytes == 0 {
+        return bad("window_bytes must be positive");
+    }
+    Ok(())
+}

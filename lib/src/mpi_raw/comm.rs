@@ -1,0 +1,300 @@
+//! Owned communicators and the collectives the engine uses.
+
+use std::ffi::{c_int, c_void};
+
+use mpi::ffi;
+
+use super::{check, RawComm};
+use crate::error::{Error, Result};
+
+/// A communicator we created (by dup or split) and free on drop. Errors on
+/// it return codes instead of aborting.
+pub struct Comm {
+    raw: RawComm,
+    rank: usize,
+    size: usize,
+}
+
+/// Thread support the MPI library was initialised with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ThreadLevel {
+    Single,
+    Funneled,
+    Serialized,
+    Multiple,
+}
+
+impl ThreadLevel {
+    pub fn current() -> ThreadLevel {
+        let mut provided: c_int = 0;
+        // SAFETY: valid after MPI_Init; provided is a valid out pointer.
+        unsafe { ffi::MPI_Query_thread(&mut provided) };
+        // SAFETY: reading immutable constants exported by rsmpi's shim.
+        let (serialized, multiple, funneled) = unsafe {
+            (
+                ffi::RSMPI_THREAD_SERIALIZED,
+                ffi::RSMPI_THREAD_MULTIPLE,
+                ffi::RSMPI_THREAD_FUNNELED,
+            )
+        };
+        match provided {
+            p if p == multiple => ThreadLevel::Multiple,
+            p if p == serialized => ThreadLevel::Serialized,
+            p if p == funneled => ThreadLevel::Funneled,
+            _ => ThreadLevel::Single,
+        }
+    }
+}
+
+/// Reduction operations we use.
+#[derive(Debug, Clone, Copy)]
+pub enum ReduceOp {
+    Min,
+    Max,
+    Sum,
+}
+
+impl Comm {
+    /// Duplicates a caller's communicator so our traffic never mixes with
+    /// theirs, and makes MPI errors on it return codes.
+    pub fn dup(raw: RawComm) -> Result<Comm> {
+        if !super::is_initialized() {
+            return Err(Error::InvalidArgument(
+                "MPI is not initialised (call MPI_Init before opening)".into(),
+            ));
+        }
+        // SAFETY: reading an immutable handle constant.
+        if raw == unsafe { ffi::RSMPI_COMM_NULL } {
+            return Err(Error::InvalidArgument(
+                "the communicator is MPI_COMM_NULL".into(),
+            ));
+        }
+        // SAFETY: `raw` is a communicator handle from the caller; out is a
+        // valid pointer for the new handle.
+        let mut out = unsafe { ffi::RSMPI_COMM_NULL };
+        check(unsafe { ffi::MPI_Comm_dup(raw, &mut out) }, "MPI_Comm_dup")?;
+        Comm::adopt(out)
+    }
+
+    fn adopt(raw: RawComm) -> Result<Comm> {
+        let mut comm = Comm {
+            raw,
+            rank: 0,
+            size: 0,
+        };
+        // SAFETY: raw is a valid communicator we own; the errhandler
+        // constant is always valid.
+        check(
+            unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
+            "MPI_Comm_set_errhandler",
+        )?;
+        let (mut rank, mut size): (c_int, c_int) = (0, 0);
+        // SAFETY: valid communicator and out pointers.
+        check(
+            unsafe { ffi::MPI_Comm_rank(raw, &mut rank) },
+            "MPI_Comm_rank",
+        )?;
+        check(
+            unsafe { ffi::MPI_Comm_size(raw, &mut size) },
+            "MPI_Comm_size",
+        )?;
+        comm.rank = rank as usize;
+        comm.size = size as usize;
+        Ok(comm)
+    }
+
+    pub fn raw(&self) -> RawComm {
+        self.raw
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The ranks that share memory with this one (`MPI_COMM_TYPE_SHARED`).
+    pub fn split_shared(&self) -> Result<Comm> {
+        let mut out = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: valid communicator, constants from the shim, out pointer.
+        check(
+            unsafe {
+                ffi::MPI_Comm_split_type(
+                    self.raw,
+                    ffi::RSMPI_COMM_TYPE_SHARED,
+                    self.rank as c_int,
+                    ffi::RSMPI_INFO_NULL,
+                    &mut out,
+                )
+            },
+            "MPI_Comm_split_type",
+        )?;
+        Comm::adopt(out)
+    }
+
+    /// `MPI_Comm_split`; `None` colour means MPI_UNDEFINED (no new
+    /// communicator for this rank). Collective over `self`.
+    pub fn split(&self, color: Option<usize>, key: usize) -> Result<Option<Comm>> {
+        // SAFETY: reading an immutable constant.
+        let color = color.map_or(unsafe { ffi::RSMPI_UNDEFINED }, |c| c as c_int);
+        let mut out = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: valid communicator and out pointer.
+        check(
+            unsafe { ffi::MPI_Comm_split(self.raw, color, key as c_int, &mut out) },
+            "MPI_Comm_split",
+        )?;
+        if out == unsafe { ffi::RSMPI_COMM_NULL } {
+            return Ok(None);
+        }
+        Comm::adopt(out).map(Some)
+    }
+
+    pub fn barrier(&self) -> Result<()> {
+        // SAFETY: valid communicator.
+        check(unsafe { ffi::MPI_Barrier(self.raw) }, "MPI_Barrier")
+    }
+
+    /// In-place reduction of `values` across all ranks.
+    pub fn allreduce_i64(&self, values: &mut [i64], op: ReduceOp) -> Result<()> {
+        // SAFETY: reading immutable constants.
+        let op = unsafe {
+            match op {
+                ReduceOp::Min => ffi::RSMPI_MIN,
+                ReduceOp::Max => ffi::RSMPI_MAX,
+                ReduceOp::Sum => ffi::RSMPI_SUM,
+            }
+        };
+        let send = values.to_vec();
+        // SAFETY: send and values hold values.len() i64s each; the datatype
+        // matches; the communicator is valid.
+        check(
+            unsafe {
+                ffi::MPI_Allreduce(
+                    send.as_ptr() as *const c_void,
+                    values.as_mut_ptr() as *mut c_void,
+                    values.len() as c_int,
+                    ffi::RSMPI_INT64_T,
+                    op,
+                    self.raw,
+                )
+            },
+            "MPI_Allreduce",
+        )
+    }
+
+    /// Broadcasts `bytes` from `root`; other ranks' vectors are replaced.
+    pub fn bcast_bytes(&self, root: usize, bytes: &mut Vec<u8>) -> Result<()> {
+        let mut len = [bytes.len() as i64];
+        self.bcast_i64(root, &mut len)?;
+        if self.rank != root {
+            bytes.clear();
+            bytes.resize(len[0] as usize, 0);
+        }
+        for chunk_start in (0..bytes.len()).step_by(1 << 30) {
+            let chunk = &mut bytes[chunk_start..(chunk_start + (1 << 30)).min(len[0] as usize)];
+            // SAFETY: chunk is a valid buffer of chunk.len() bytes (< 2^31)
+            // on every rank, the same length everywhere.
+            check(
+                unsafe {
+                    ffi::MPI_Bcast(
+                        chunk.as_mut_ptr() as *mut c_void,
+                        chunk.len() as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        root as c_int,
+                        self.raw,
+                    )
+                },
+                "MPI_Bcast",
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn bcast_i64(&self, root: usize, values: &mut [i64]) -> Result<()> {
+        // SAFETY: values is a valid buffer of values.len() i64s on every
+        // rank (callers pass equal lengths).
+        check(
+            unsafe {
+                ffi::MPI_Bcast(
+                    values.as_mut_ptr() as *mut c_void,
+                    values.len() as c_int,
+                    ffi::RSMPI_INT64_T,
+                    root as c_int,
+                    self.raw,
+                )
+            },
+            "MPI_Bcast",
+        )
+    }
+
+    /// Every rank contributes `mine` (same length everywhere); returns all
+    /// contributions, rank-major.
+    pub fn allgather_i64(&self, mine: &[i64]) -> Result<Vec<i64>> {
+        let mut all = vec![0i64; mine.len() * self.size];
+        // SAFETY: send holds mine.len() i64s, recv size*mine.len().
+        check(
+            unsafe {
+                ffi::MPI_Allgather(
+                    mine.as_ptr() as *const c_void,
+                    mine.len() as c_int,
+                    ffi::RSMPI_INT64_T,
+                    all.as_mut_ptr() as *mut c_void,
+                    mine.len() as c_int,
+                    ffi::RSMPI_INT64_T,
+                    self.raw,
+                )
+            },
+            "MPI_Allgather",
+        )?;
+        Ok(all)
+    }
+
+    /// Gathers every rank's `mine` into `out` (rank order, packed), whose
+    /// length must be the sum of `counts`.
+    pub fn allgatherv_bytes(&self, mine: &[u8], counts: &[u64], out: &mut [u8]) -> Result<()> {
+        let total: u64 = counts.iter().sum();
+        if total > i32::MAX as u64
+            || out.len() as u64 != total
+            || counts[self.rank] != mine.len() as u64
+        {
+            return Err(Error::ResourceLimit(format!(
+                "gathering {total} bytes in one MPI_Allgatherv exceeds what an int count can describe"
+            )));
+        }
+        let recv_counts: Vec<c_int> = counts.iter().map(|&c| c as c_int).collect();
+        let mut displs = Vec::with_capacity(counts.len());
+        let mut at = 0 as c_int;
+        for &c in &recv_counts {
+            displs.push(at);
+            at += c;
+        }
+        // SAFETY: buffers match the counts checked above; all ints fit.
+        check(
+            unsafe {
+                ffi::MPI_Allgatherv(
+                    mine.as_ptr() as *const c_void,
+                    mine.len() as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    out.as_mut_ptr() as *mut c_void,
+                    recv_counts.as_ptr(),
+                    displs.as_ptr(),
+                    ffi::RSMPI_UINT8_T,
+                    self.raw,
+                )
+            },
+            "MPI_Allgatherv",
+        )
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if super::is_initialized() {
+            // SAFETY: we own this communicator and free it once. A failure
+            // here cannot be reported from drop and leaks only the handle.
+            unsafe { ffi::MPI_Comm_free(&mut self.raw) };
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! MPI-IO: the data file opened once on the readers' communicator.
+
+use std::ffi::{c_int, c_void, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use mpi::ffi;
+
+use super::{check, Comm};
+use crate::error::{Error, Result};
+use crate::plan::ReadRun;
+use crate::source::{IoCounters, IoSnapshot, ReadAt};
+
+/// Largest block one datatype entry or count may describe (an `int`).
+const MAX_BLOCK: u64 = 1 << 30;
+
+/// An open MPI file, closed on drop.
+pub struct MpiFile {
+    raw: ffi::MPI_File,
+    path: PathBuf,
+    len: u64,
+}
+
+// SAFETY: an MPI_File handle is an opaque token valid in every thread of
+// the process; MPI itself decides which threads may call it, and the engine
+// only calls it from the thread that drives the engine (see MpiFileSource).
+unsafe impl Send for MpiFile {}
+unsafe impl Sync for MpiFile {}
+
+impl MpiFile {
+    /// `MPI_File_open` read-only, collective over `comm`, with ROMIO hints.
+    pub fn open(comm: &Comm, path: &Path, hints: &[(String, String)]) -> Result<MpiFile> {
+        let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            Error::InvalidArgument(format!("{}: path contains a NUL byte", path.display()))
+        })?;
+        let info = Info::new(hints)?;
+        let mut raw = unsafe { ffi::RSMPI_FILE_NULL };
+        // SAFETY: valid communicator, NUL-terminated path, info handle and
+        // out pointer.
+        let rc = unsafe {
+            ffi::MPI_File_open(
+                comm.raw(),
+                c_path.as_ptr(),
+                ffi::MPI_MODE_RDONLY as c_int,
+                info.raw,
+                &mut raw,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::NotFound {
+                path: path.to_owned(),
+                reason: format!("MPI_File_open failed: {}", super::error_string(rc)),
+            });
+        }
+        let mut file = MpiFile {
+            raw,
+            path: path.to_owned(),
+            len: 0,
+        };
+        // SAFETY: raw is the file just opened; errors on it must return.
+        check(
+            unsafe { ffi::MPI_File_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
+            "MPI_File_set_errhandler",
+        )?;
+        let mut size: ffi::MPI_Offset = 0;
+        // SAFETY: valid file and out pointer.
+        check(
+            unsafe { ffi::MPI_File_get_size(raw, &mut size) },
+            "MPI_File_get_size",
+        )?;
+        file.len = size as u64;
+        Ok(file)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn truncated(&self, offset: u64, len: u64) -> Error {
+        Error::Truncated {
+            path: self.path.clone(),
+            what: format!("a read of {len} bytes at offset {offset}"),
+            needed_end: offset.saturating_add(len),
+            file_len: self.len,
+        }
+    }
+
+    /// Independent read of `buf.len()` bytes at `offset`.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if offset.saturating_add(buf.len() as u64) > self.len {
+            return Err(self.truncated(offset, buf.len() as u64));
+        }
+        for (i, chunk) in buf.chunks_mut(MAX_BLOCK as usize).enumerate() {
+            let at = offset + i as u64 * MAX_BLOCK;
+            let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+            // SAFETY: chunk is a valid writable buffer of chunk.len() (< 2^31)
+            // bytes; status is a valid out location.
+            check(
+                unsafe {
+                    ffi::MPI_File_read_at(
+                        self.raw,
+                        at as ffi::MPI_Offset,
+                        chunk.as_mut_ptr() as *mut c_void,
+                        chunk.len() as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        status.as_mut_ptr(),
+                    )
+                },
+                "MPI_File_read_at",
+            )?;
+            self.check_count(&status, chunk.len(), at)?;
+        }
+        Ok(())
+    }
+
+    fn check_count(
+        &self,
+        status: &std::mem::MaybeUninit<ffi::MPI_Status>,
+        expected: usize,
+        at: u64,
+    ) -> Result<()> {
+        let mut got: c_int = 0;
+        // SAFETY: the status was filled by the completed read.
+        check(
+            unsafe { ffi::MPI_Get_count(status.as_ptr(), ffi::RSMPI_UINT8_T, &mut got) },
+            "MPI_Get_count",
+        )?;
+        if got as usize != expected {
+            return Err(self.truncated(at, expected as u64));
+        }
+        Ok(())
+    }
+
+    /// Reads `runs` (sorted by file offset, non-overlapping) into `buf`,
+    /// packed back to back in run order. With `collective`, every rank of
+    /// the file's communicator must call this the same number of times (an
+    /// empty `runs` takes part without reading).
+    pub fn read_runs(&self, runs: &[ReadRun], buf: &mut [u8], collective: bool) -> Result<u64> {
+        let total: u64 = runs.iter().map(|r| r.len).sum();
+        if total != buf.len() as u64 {
+            return Err(Error::InvalidArgument(
+                "read buffer does not match its runs".into(),
+            ));
+        }
+        if let Some(r) = runs.iter().find(|r| r.file_offset + r.len > self.len) {
+            // Collective calls must still be made by this rank, or the
+            // others hang: read nothing and report afterwards.
+            if collective {
+                self.read_view(&[], &mut [])?;
+            }
+            return Err(self.truncated(r.file_offset, r.len));
+        }
+        if !collective {
+            let mut at = 0usize;
+            for r in runs {
+                self.read_at(&mut buf[at..at + r.len as usize], r.file_offset)?;
+                at += r.len as usize;
+            }
+            return Ok(runs.len() as u64);
+        }
+        self.read_view(runs, buf)?;
+        Ok(runs.len() as u64)
+    }
+
+    /// One collective read through a file view made of `runs`.
+    fn read_view(&self, runs: &[ReadRun], buf: &mut [u8]) -> Result<()> {
+        if buf.len() as u64 > i32::MAX as u64 {
+            return Err(Error::ResourceLimit(format!(
+                "one collective read of {} bytes exceeds an int count; lower the window size",
+                buf.len()
+            )));
+        }
+        // Blocks of at most MAX_BLOCK bytes so every length fits an int.
+        let mut lens: Vec<c_int> = Vec::new();
+        let mut displs: Vec<ffi::MPI_Aint> = Vec::new();
+        for r in runs {
+            let mut off = 0;
+            while off < r.len {
+                let n = (r.len - off).min(MAX_BLOCK);
+                lens.push(n as c_int);
+                displs.push((r.file_offset + off) as ffi::MPI_Aint);
+                off += n;
+            }
+        }
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        let filetype = if lens.is_empty() {
+            None
+        } else {
+            Some(Datatype::hindexed(&lens, &displs)?)
+        };
+        let native = c"native";
+        // SAFETY: valid file; etype/filetype are committed datatypes (or the
+        // byte type); the datarep string is NUL-terminated.
+        check(
+            unsafe {
+                ffi::MPI_File_set_view(
+                    self.raw,
+                    0,
+                    byte,
+                    filetype.as_ref().map_or(byte, |t| t.raw),
+                    native.as_ptr(),
+                    ffi::RSMPI_INFO_NULL,
+                )
+            },
+            "MPI_File_set_view",
+        )?;
+        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+        // SAFETY: buf is valid for buf.len() (< 2^31) bytes; the view maps
+        // exactly that many file bytes.
+        check(
+            unsafe {
+                ffi::MPI_File_read_at_all(
+                    self.raw,
+                    0,
+                    buf.as_mut_ptr() as *mut c_void,
+                    buf.len() as c_int,
+                    byte,
+                    status.as_mut_ptr(),
+                )
+            },
+            "MPI_File_read_at_all",
+        )?;
+        self.check_count(
+            &status,
+            buf.len(),
+            runs.first().map_or(0, |r| r.file_offset),
+        )
+    }
+}
+
+impl Drop for MpiFile {
+    fn drop(&mut self) {
+        if super::is_initialized() {
+            // SAFETY: we own the handle and close it once. MPI_File_close is
+            // collective; the engine drops files on all readers together.
+            unsafe { ffi::MPI_File_close(&mut self.raw) };
+        }
+    }
+}
+
+/// An `MPI_Info` built from key/value hints, freed on drop.
+struct Info {
+    raw: ffi::MPI_Info,
+}
+
+impl Info {
+    fn new(hints: &[(String, String)]) -> Result<Info> {
+        if hints.is_empty() {
+            return Ok(Info {
+                raw: unsafe { ffi::RSMPI_INFO_NULL },
+            });
+        }
+        let mut raw = unsafe { ffi::RSMPI_INFO_NULL };
+        // SAFETY: out pointer is valid.
+        check(unsafe { ffi::MPI_Info_create(&mut raw) }, "MPI_Info_create")?;
+        let info = Info { raw };
+        for (k, v) in hints {
+            let (k, v) = (
+                CString::new(k.as_str())
+                    .map_err(|_| Error::InvalidArgument("hint key has a NUL".into()))?,
+                CString::new(v.as_str())
+                    .map_err(|_| Error::InvalidArgument("hint value has a NUL".into()))?,
+            );
+            // SAFETY: valid info handle and NUL-terminated strings.
+            check(
+                unsafe { ffi::MPI_Info_set(info.raw, k.as_ptr(), v.as_ptr()) },
+                "MPI_Info_set",
+            )?;
+        }
+        Ok(info)
+    }
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        if self.raw != unsafe { ffi::RSMPI_INFO_NULL } {
+            // SAFETY: we created this info object and free it once.
+            unsafe { ffi::MPI_Info_free(&mut self.raw) };
+        }
+    }
+}
+
+/// A committed derived datatype, freed on drop.
+struct Datatype {
+    raw: ffi::MPI_Datatype,
+}
+
+impl Datatype {
+    fn hindexed(lens: &[c_int], displs: &[ffi::MPI_Aint]) -> Result<Datatype> {
+        let mut raw = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        // SAFETY: lens and displs have the same length; out pointer valid.
+        check(
+            unsafe {
+                ffi::MPI_Type_create_hindexed(
+                    lens.len() as c_int,
+                    lens.as_ptr(),
+                    displs.as_ptr(),
+                    ffi::RSMPI_UINT8_T,
+                    &mut raw,
+                )
+            },
+            "MPI_Type_create_hindexed",
+        )?;
+        let mut t = Datatype { raw };
+        // SAFETY: commit the type we just created.
+        check(
+            unsafe { ffi::MPI_Type_commit(&mut t.raw) },
+            "MPI_Type_commit",
+        )?;
+        Ok(t)
+    }
+}
+
+impl Drop for Datatype {
+    fn drop(&mut self) {
+        // SAFETY: we own the type and free it once.
+        unsafe { ffi::MPI_Type_free(&mut self.raw) };
+    }
+}
+
+/// [`ReadAt`] over an [`MpiFile`] with independent reads, so the index
+/// builder runs unchanged on MPI-IO. Calls are serialised by a lock; the
+/// engine builds indexes with one thread per process.
+pub struct MpiFileSource<'f> {
+    file: &'f MpiFile,
+    lock: Mutex<()>,
+    counters: IoCounters,
+}
+
+impl<'f> MpiFileSource<'f> {
+    pub fn new(file: &'f MpiFile) -> MpiFileSource<'f> {
+        MpiFileSource {
+            file,
+            lock: Mutex::new(()),
+            counters: IoCounters::default(),
+        }
+    }
+}
+
+impl ReadAt for MpiFileSource<'_> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.counters.record(buf.len());
+        self.file.read_at(buf, offset)
+    }
+
+    fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    fn counters(&self) -> IoSnapshot {
+        self.counters.snapshot()
+    }
+}

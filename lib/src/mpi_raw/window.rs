@@ -1,0 +1,142 @@
+//! Node-shared memory: one `MPI_Win_allocate_shared` segment owned by the
+//! node's first rank and mapped by every rank of the node.
+
+use std::ffi::{c_int, c_void};
+
+use mpi::ffi;
+
+use super::{check, Comm};
+use crate::error::{Error, Result};
+
+/// A shared segment of `len` bytes. Rank 0 of the node communicator
+/// allocates it; every rank addresses it directly. Freed (collectively) on
+/// drop.
+pub struct SharedWindow {
+    win: ffi::MPI_Win,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the window handle and the mapping are process-wide; access to the
+// bytes is coordinated by the engine's collective steps.
+unsafe impl Send for SharedWindow {}
+
+impl SharedWindow {
+    /// Collective over `node`: rank 0 provides `len` bytes (the value passed
+    /// on other ranks is ignored).
+    pub fn allocate(node: &Comm, len: usize) -> Result<SharedWindow> {
+        let mine = if node.rank() == 0 { len.max(1) } else { 0 };
+        let mut base: *mut c_void = std::ptr::null_mut();
+        let mut win = unsafe { ffi::RSMPI_WIN_NULL };
+        // SAFETY: valid communicator; base and win are out pointers; the
+        // displacement unit of 1 makes offsets plain bytes.
+        let rc = unsafe {
+            ffi::MPI_Win_allocate_shared(
+                mine as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                node.raw(),
+                &mut base as *mut *mut c_void as *mut c_void,
+                &mut win,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::ResourceLimit(format!(
+                "cannot allocate a {len}-byte shared-memory window: {}",
+                super::error_string(rc)
+            )));
+        }
+        let mut window = SharedWindow {
+            win,
+            base: std::ptr::null_mut(),
+            len,
+        };
+        // SAFETY: win is the window just created.
+        check(
+            unsafe { ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN) },
+            "MPI_Win_set_errhandler",
+        )?;
+        let mut size: ffi::MPI_Aint = 0;
+        let mut disp: c_int = 0;
+        let mut shared: *mut c_void = std::ptr::null_mut();
+        // SAFETY: rank 0's segment of a valid shared window; out pointers valid.
+        check(
+            unsafe {
+                ffi::MPI_Win_shared_query(
+                    win,
+                    0,
+                    &mut size,
+                    &mut disp,
+                    &mut shared as *mut *mut c_void as *mut c_void,
+                )
+            },
+            "MPI_Win_shared_query",
+        )?;
+        if (size as usize) < len.max(1) || shared.is_null() {
+            return Err(Error::ResourceLimit(format!(
+                "shared window has {size} bytes, {len} were asked for"
+            )));
+        }
+        window.base = shared as *mut u8;
+        // Passive-target epoch for the window's lifetime, so MPI_Win_sync
+        // can order our loads and stores against the other ranks'.
+        // SAFETY: valid window; MPI_MODE_NOCHECK is 0-safe to omit.
+        check(unsafe { ffi::MPI_Win_lock_all(0, win) }, "MPI_Win_lock_all")?;
+        Ok(window)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.base
+    }
+
+    /// The whole segment, writable. Ranks of a node must not write the same
+    /// bytes at once; the engine gives each writer its own range.
+    ///
+    /// # Safety
+    /// No other rank may read or write the same bytes until the next
+    /// synchronising step (sync + collective) of the engine.
+    pub unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: base points at len bytes mapped for the window's life;
+        // the caller guarantees exclusive use of what it touches.
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+
+    /// The whole segment, read-only.
+    ///
+    /// # Safety
+    /// No rank may be writing these bytes (the engine's steps ensure it).
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: as for bytes_mut, for reading.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    /// Orders this rank's memory accesses with the window's public copy;
+    /// call after writing and before a collective that publishes the data,
+    /// and after that collective before reading.
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: valid window inside the lock_all epoch.
+        check(unsafe { ffi::MPI_Win_sync(self.win) }, "MPI_Win_sync")
+    }
+}
+
+impl Drop for SharedWindow {
+    fn drop(&mut self) {
+        if super::is_initialized() {
+            // SAFETY: we own the window; unlock the epoch opened in
+            // allocate, then free (collective over the node, which the
+            // engine's close ensures).
+            unsafe {
+                ffi::MPI_Win_unlock_all(self.win);
+                ffi::MPI_Win_free(&mut self.win);
+            }
+        }
+    }
+}
