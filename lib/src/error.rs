@@ -79,6 +79,11 @@ pub enum Error {
         message: String,
     },
 
+    /// A bug in lmdbio (a panic caught before it could cross a collective
+    /// call or the C boundary).
+    #[error("internal error (please report): {0}")]
+    Internal(String),
+
     /// Another rank failed inside a collective call; every rank returns
     /// this so none waits forever.
     #[error("rank {rank} failed: {message}")]
@@ -112,6 +117,7 @@ impl Error {
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::ResourceLimit(_) => ErrorKind::ResourceLimit,
             Error::Mpi { .. } => ErrorKind::Mpi,
+            Error::Internal(_) => ErrorKind::Internal,
             Error::OnRank { kind, .. } => *kind,
         }
     }
@@ -129,6 +135,7 @@ pub enum ErrorKind {
     InvalidArgument,
     ResourceLimit,
     Mpi,
+    Internal,
 }
 
 impl ErrorKind {
@@ -146,6 +153,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => 8,
             ErrorKind::ResourceLimit => 9,
             ErrorKind::Mpi => 10,
+            ErrorKind::Internal => 11,
         }
     }
 
@@ -160,6 +168,7 @@ impl ErrorKind {
             7 => ErrorKind::NoSuchDatabase,
             8 => ErrorKind::InvalidArgument,
             9 => ErrorKind::ResourceLimit,
+            11 => ErrorKind::Internal,
             _ => ErrorKind::Mpi,
         }
     }

@@ -34,6 +34,20 @@ pub fn agree<T>(comm: &Comm, local: Result<T>, mins: &mut [i64]) -> Result<T> {
     }
 }
 
+/// Runs a rank-local piece of a collective step, turning a panic into an
+/// error so it reaches the agreement instead of leaving the other ranks
+/// waiting for a rank that unwound.
+pub fn local<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Internal(what))
+    })
+}
+
 /// Agreement with nothing else to reduce.
 pub fn agree_ok<T>(comm: &Comm, local: Result<T>) -> Result<T> {
     agree(comm, local, &mut [])

@@ -3,7 +3,7 @@
 //! and broadcast, the leaf pages are split among the masters, and the parts
 //! are gathered into every node's shared index.
 
-use super::agree::agree_ok;
+use super::agree::{agree_ok, local};
 use super::shared_index::{entries_as_bytes, SharedIndex};
 use crate::database::{Database, Tree};
 use crate::error::{Error, Result};
@@ -39,9 +39,9 @@ pub(crate) fn build(
     subdb: Option<&str>,
 ) -> Result<BuiltIndex> {
     // Phase 1: open the tree and read its upper levels once.
-    let opened = agree_ok(world, open_tree(masters, file, subdb))?;
+    let opened = agree_ok(world, local(|| open_tree(masters, file, subdb)))?;
     // Phase 2: share the page lists and parse this master's leaves.
-    let parsed = agree_ok(world, parse_share(masters, opened))?;
+    let parsed = agree_ok(world, local(|| parse_share(masters, opened)))?;
 
     // Phase 3: sizes to everyone, then the node's shared copy.
     let mut sizes = [0i64; 3];
@@ -71,7 +71,7 @@ pub(crate) fn build(
     let gathered = match (masters, parsed) {
         (Some(m), Some(state)) => {
             io = state.db.source().counters();
-            gather_into(m, &mut index, &counts, state)
+            local(|| gather_into(m, &mut index, &counts, state))
         }
         _ => Ok(()),
     };

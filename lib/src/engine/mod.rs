@@ -152,8 +152,15 @@ impl<'e> Batch<'e> {
     }
 }
 
-/// Whose a planned span is: (step offset within the round, node member).
-type SpanOwner = (usize, usize);
+/// Whose a planned span is.
+#[derive(Debug, Clone, Copy)]
+struct SpanOwner {
+    /// Step offset within the round.
+    step: usize,
+    /// Node member (node rank).
+    member: usize,
+    ordinal: usize,
+}
 
 /// The loaded round: steps `[first_step, first_step + steps)`.
 struct Round {
@@ -419,7 +426,11 @@ impl Engine {
             for (m, &rank) in self.members.iter().enumerate() {
                 self.schedule.for_each_slot(rank, first + s, |slot| {
                     spans.push(entries[slot.position as usize].span());
-                    owners.push((s as usize, m));
+                    owners.push(SpanOwner {
+                        step: s as usize,
+                        member: m,
+                        ordinal: slot.position as usize,
+                    });
                 });
             }
         }
@@ -454,7 +465,7 @@ impl Engine {
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
         let fit = if self.node.rank() == 0 {
-            self.steps_that_fit(first).map(|k| k as i64)
+            agree::local(|| self.steps_that_fit(first)).map(|k| k as i64)
         } else {
             Ok(i64::MAX)
         };
@@ -467,7 +478,7 @@ impl Engine {
         self.counters.wait_seconds += waited.elapsed().as_secs_f64();
 
         let io_start = Instant::now();
-        let read = self.read_my_runs(&plan, &spans);
+        let read = agree::local(|| self.read_my_runs(&plan, &owners));
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
 
         let waited = Instant::now();
@@ -479,9 +490,9 @@ impl Engine {
 
         let members = self.members.len();
         let mut placements = vec![vec![Vec::new(); members]; k as usize];
-        for (i, &(s, m)) in owners.iter().enumerate() {
+        for (i, o) in owners.iter().enumerate() {
             let p = plan.placements[i];
-            placements[s][m].push((p.buf_offset, p.len));
+            placements[o.step][o.member].push((p.buf_offset, p.len));
         }
         self.round = Some(Round {
             first_step: first,
@@ -503,7 +514,7 @@ impl Engine {
         &plan.runs[lo..hi]
     }
 
-    fn read_my_runs(&mut self, plan: &ReadPlan, spans: &[(u64, u64)]) -> Result<()> {
+    fn read_my_runs(&mut self, plan: &ReadPlan, owners: &[SpanOwner]) -> Result<()> {
         let (Some(readers), Some(file)) = (&self.readers, &self.file) else {
             return Ok(());
         };
@@ -542,37 +553,29 @@ impl Engine {
             }
         }
         result?;
-        self.check_overflow_headers(plan, spans, buf_lo as u64, buf_hi as u64)
+        self.check_overflow_headers(plan, owners, buf_lo as u64, buf_hi as u64)
     }
 
     /// Checks the overflow headers that landed in this reader's range.
     fn check_overflow_headers(
         &self,
         plan: &ReadPlan,
-        spans: &[(u64, u64)],
+        owners: &[SpanOwner],
         lo: u64,
         hi: u64,
     ) -> Result<()> {
         // SAFETY: this reader finished writing its range; nobody else
         // writes it during the round.
         let bytes = unsafe { self.data.bytes() };
-        for (i, p) in plan.placements.iter().enumerate() {
-            // Overflow spans, and only they, start on a page boundary: an
-            // inline value never sits where a leaf page's header is.
-            let (offset, len) = spans[i];
-            if p.buf_offset < lo || p.buf_offset >= hi || offset % self.page_size as u64 != 0 {
+        let entries = self.index.entries();
+        for (p, owner) in plan.placements.iter().zip(owners) {
+            let entry = &entries[owner.ordinal];
+            if !entry.is_overflow() || p.buf_offset < lo || p.buf_offset >= hi {
                 continue;
             }
             let start = p.buf_offset as usize;
             let header = &bytes[start..start + PAGEHDRSZ];
-            let probe = crate::index::RecordEntry {
-                key_start: 0,
-                value_offset: offset + PAGEHDRSZ as u64,
-                value_len: (len - PAGEHDRSZ as u64) as u32,
-                key_len: 0,
-                flags: crate::index::RecordEntry::OVERFLOW,
-            };
-            if let Some((pgno, reason)) = overflow_header_problem(&probe, header, self.page_size) {
+            if let Some((pgno, reason)) = overflow_header_problem(entry, header, self.page_size) {
                 let path = self
                     .file
                     .as_ref()

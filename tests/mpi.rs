@@ -1,0 +1,301 @@
+//! The engine under real `mpiexec`: what all ranks receive in an epoch is
+//! liblmdb's records, each exactly once, for many rank counts, node shapes,
+//! layouts and read modes; and failures reach every rank without hangs.
+//!
+//! `LMDBIO_MPIEXEC` picks the launcher (default `mpiexec.mpich`; for Open
+//! MPI: `mpiexec.openmpi --oversubscribe`) and `LMDBIO_BIN` the binary built
+//! against the same MPI (default: this build's `lmdbio`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use lmdbio_testkit as kit;
+use sha2::{Digest, Sha256};
+
+fn binary() -> PathBuf {
+    std::env::var_os("LMDBIO_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_lmdbio")),
+        PathBuf::from,
+    )
+}
+
+/// Runs `lmdbio bench ARGS` on `n` ranks; fails the test if it takes more
+/// than a minute (a hang).
+fn mpiexec(n: usize, args: &[&str]) -> Output {
+    let launcher = std::env::var("LMDBIO_MPIEXEC").unwrap_or_else(|_| "mpiexec.mpich".into());
+    let mut words = launcher.split_whitespace();
+    let mut cmd = Command::new("timeout");
+    cmd.arg("-k")
+        .arg("5")
+        .arg("60")
+        .arg(words.next().unwrap())
+        .args(words);
+    if launcher.contains("openmpi") {
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    cmd.arg("-n")
+        .arg(n.to_string())
+        .arg(binary())
+        .arg("bench")
+        .args(args);
+    let started = Instant::now();
+    let out = cmd.output().expect("run mpiexec");
+    assert_ne!(out.status.code(), Some(124), "mpiexec -n {n} {args:?} hung");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// liblmdb's records as trace lines, sorted.
+fn oracle_lines(fx: &kit::Fixture) -> Vec<String> {
+    let mut lines: Vec<String> = fx
+        .oracle()
+        .iter()
+        .map(|(k, v)| format!("{} {} {}", hex(k), v.len(), hex(&Sha256::digest(v))))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Every rank's trace lines, concatenated and sorted.
+fn traced_lines(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    lines.sort();
+    lines
+}
+
+fn run_and_trace(fx: &kit::Fixture, n: usize, extra: &[&str]) -> Vec<String> {
+    let trace = kit::TempDir::new().unwrap();
+    let mut args: Vec<String> = vec!["--trace".into(), trace.path().display().to_string()];
+    if let Some(s) = &fx.subdb {
+        args.push("-s".into());
+        args.push(s.clone());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push(fx.path.display().to_string());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = mpiexec(n, &argv);
+    assert!(
+        out.status.success(),
+        "{}: mpiexec -n {n} {extra:?} failed:\n{}",
+        fx.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    traced_lines(trace.path())
+}
+
+fn layouts() -> Vec<kit::Fixture> {
+    vec![
+        kit::caffe_style(1000, 3000, 61),
+        kit::inline_only(5000, 62),
+        kit::churned(63),
+        kit::random_order(700, 64),
+        kit::named_databases(65),
+    ]
+}
+
+#[test]
+fn every_record_once_per_epoch_for_ranks_and_node_shapes() {
+    let shapes = [
+        (1, 1),
+        (2, 1),
+        (2, 2),
+        (3, 1),
+        (3, 2),
+        (4, 2),
+        (4, 4),
+        (8, 2),
+        (8, 4),
+    ];
+    for fx in layouts() {
+        let oracle = oracle_lines(&fx);
+        for (n, per_node) in shapes {
+            // Batch 7: record counts are never a multiple of P × batch.
+            let k = per_node.to_string();
+            let got = run_and_trace(
+                &fx,
+                n,
+                &[
+                    "--batch",
+                    "7",
+                    "--ranks-per-node",
+                    &k,
+                    "--window",
+                    "4000000",
+                ],
+            );
+            assert!(
+                got == oracle,
+                "{}: -n {n} with {per_node} ranks per node differs from liblmdb",
+                fx.name
+            );
+        }
+    }
+}
+
+#[test]
+fn read_modes_and_partitions_deliver_the_same_records() {
+    let fx = kit::caffe_style(900, 5000, 66);
+    let oracle = oracle_lines(&fx);
+    let variants: [&[&str]; 8] = [
+        &["--partition", "round-robin"],
+        &["--partition", "strided"],
+        &["--tail", "short", "--partition", "strided"],
+        &["--tail", "short", "--partition", "round-robin"],
+        &["--independent"],
+        &["--readers-per-node", "2", "--stagger", "1"],
+        &["--stagger", "3"],
+        &[
+            "--independent",
+            "--stagger",
+            "2",
+            "--prefetch",
+            "1",
+            "--coalesce",
+            "65536",
+        ],
+    ];
+    for v in variants {
+        let mut args = vec![
+            "--batch",
+            "5",
+            "--ranks-per-node",
+            "2",
+            "--window",
+            "2000000",
+        ];
+        args.extend_from_slice(v);
+        let got = run_and_trace(&fx, 5, &args);
+        assert!(got == oracle, "{v:?} differs from liblmdb");
+    }
+}
+
+#[test]
+fn several_epochs_each_deliver_every_record_once() {
+    let fx = kit::inline_only(1003, 67);
+    let oracle = oracle_lines(&fx);
+    for tail in ["wrap", "short"] {
+        let got = run_and_trace(&fx, 3, &["--epochs", "3", "--batch", "10", "--tail", tail]);
+        for epoch in 0..3 {
+            let prefix = format!("{epoch} ");
+            let mut lines: Vec<String> = got
+                .iter()
+                .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+                .collect();
+            lines.sort();
+            assert!(
+                lines == oracle,
+                "tail {tail}: epoch {epoch} differs from liblmdb"
+            );
+        }
+        assert_eq!(got.len(), 3 * oracle.len());
+    }
+}
+
+#[test]
+fn empty_database_reads_nothing_and_ends() {
+    let fx = kit::empty();
+    let got = run_and_trace(&fx, 3, &["--batch", "4"]);
+    assert!(got.is_empty());
+}
+
+#[test]
+fn only_readers_open_the_file_and_each_byte_is_read_once() {
+    let fx = kit::overflow_only(120, 68);
+    let json_dir = kit::TempDir::new().unwrap();
+    let json = json_dir.path().join("run.json");
+    let out = mpiexec(
+        4,
+        &[
+            "--ranks-per-node",
+            "2",
+            "--batch",
+            "8",
+            "--json",
+            json.to_str().unwrap(),
+            fx.path.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let run = &doc["runs"][0];
+    assert_eq!(run["file_opens_per_node"].as_f64(), Some(1.0));
+    let file_len = std::fs::metadata(fx.data_file()).unwrap().len() as f64;
+    // Two nodes split the values; with the index pages each reads about
+    // half the file, never a byte twice.
+    let per_node = run["bytes_read_per_node"].as_f64().unwrap();
+    assert!(
+        per_node * 2.0 <= file_len * 1.01,
+        "read {per_node} per node of a {file_len}-byte file"
+    );
+    assert!(
+        per_node * 2.0 >= file_len * 0.9,
+        "read only {per_node} per node of a {file_len}-byte file"
+    );
+}
+
+fn assert_every_rank_fails(out: &Output, n: usize, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure; stderr: {stderr}");
+    // Ranks' lines may interleave: count the message, not lines.
+    let reports = stderr.matches(needle).count();
+    assert_eq!(
+        reports, n,
+        "every rank should report {needle:?}; stderr:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn missing_database_fails_on_every_rank() {
+    let out = mpiexec(3, &["--ranks-per-node", "1", "/nonexistent/lmdbio/db"]);
+    assert_every_rank_fails(&out, 3, "/nonexistent/lmdbio/db");
+}
+
+#[test]
+fn corrupt_leaf_seen_by_one_master_fails_every_rank() {
+    let fx = kit::inline_only(20_000, 69);
+    let data = fx.data_file();
+    let mut bytes = kit::read_file(&data);
+    // The last leaf in key order: parsed by the last master only.
+    let db = lmdbio::Database::open(&fx.path).unwrap();
+    let tree = db.main_tree().unwrap();
+    let pages = lmdbio::index::walk_tree(&db, &tree, 64).unwrap();
+    let leaf = *pages.leaves.last().unwrap();
+    let at = (leaf * 4096) as usize;
+    bytes[at + 12] = 0xff; // mp_lower
+    std::fs::write(&data, &bytes).unwrap();
+    let out = mpiexec(4, &["--ranks-per-node", "1", fx.path.to_str().unwrap()]);
+    assert_every_rank_fails(&out, 4, &format!("page {leaf}"));
+}
+
+#[test]
+fn window_too_small_for_one_batch_fails_every_rank() {
+    let fx = kit::overflow_only(40, 70);
+    let out = mpiexec(
+        4,
+        &[
+            "--ranks-per-node",
+            "2",
+            "--batch",
+            "4",
+            "--window",
+            "100000",
+            fx.path.to_str().unwrap(),
+        ],
+    );
+    assert_every_rank_fails(&out, 4, "too small for one batch");
+}
