@@ -7,8 +7,7 @@
 //! against the same MPI (default: this build's `lmdbio`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 use lmdbio_testkit as kit;
 use sha2::{Digest, Sha256};
@@ -20,31 +19,11 @@ fn binary() -> PathBuf {
     )
 }
 
-/// Runs `lmdbio bench ARGS` on `n` ranks; fails the test if it takes more
-/// than a minute (a hang).
+/// Runs `lmdbio bench ARGS` on `n` ranks; fails the test on a hang.
 fn mpiexec(n: usize, args: &[&str]) -> Output {
-    let launcher = std::env::var("LMDBIO_MPIEXEC").unwrap_or_else(|_| "mpiexec.mpich".into());
-    let mut words = launcher.split_whitespace();
-    let mut cmd = Command::new("timeout");
-    cmd.arg("-k")
-        .arg("5")
-        .arg("60")
-        .arg(words.next().unwrap())
-        .args(words);
-    if launcher.contains("openmpi") {
-        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    }
-    cmd.arg("-n")
-        .arg(n.to_string())
-        .arg(binary())
-        .arg("bench")
-        .args(args);
-    let started = Instant::now();
-    let out = cmd.output().expect("run mpiexec");
-    assert_ne!(out.status.code(), Some(124), "mpiexec -n {n} {args:?} hung");
-    assert!(started.elapsed() < Duration::from_secs(60));
-    out
+    let mut cmd = kit::mpiexec(n, &binary());
+    cmd.arg("bench").args(args);
+    kit::run_bounded(cmd)
 }
 
 fn hex(b: &[u8]) -> String {

@@ -38,6 +38,7 @@
 pub mod database;
 pub mod engine;
 pub mod error;
+pub mod ffi;
 pub mod format;
 pub mod index;
 pub mod layout;

@@ -556,3 +556,33 @@ pub fn stat_field(stat: &str, label: &str) -> u64 {
 pub fn read_file(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
+
+/// `mpiexec -n N PROGRAM` under a 60-second limit, for the MPI named by
+/// `LMDBIO_MPIEXEC` (default `mpiexec.mpich`; Open MPI:
+/// `mpiexec.openmpi --oversubscribe`). Add the program's arguments.
+pub fn mpiexec(n: usize, program: &Path) -> Command {
+    let launcher = std::env::var("LMDBIO_MPIEXEC").unwrap_or_else(|_| "mpiexec.mpich".into());
+    let mut words = launcher.split_whitespace();
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", "60"])
+        .arg(words.next().unwrap_or("mpiexec.mpich"))
+        .args(words);
+    if launcher.contains("openmpi") {
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    cmd.arg("-n").arg(n.to_string()).arg(program);
+    cmd
+}
+
+/// Runs a command built by [`mpiexec`]; a run that hit the time limit
+/// (a hang) fails the test.
+pub fn run_bounded(mut cmd: Command) -> std::process::Output {
+    let out = cmd.output().expect("run mpiexec");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "{cmd:?} hung (killed after 60 s)"
+    );
+    out
+}

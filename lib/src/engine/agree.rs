@@ -48,6 +48,25 @@ pub fn local<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     })
 }
 
+/// Agreement on a resource created by a collective call (a file, a
+/// window). If another rank failed, this rank's handle cannot be freed
+/// collectively (the failed rank has none to free), so it is leaked rather
+/// than left to hang in its destructor.
+pub fn agree_resource<T>(comm: &Comm, local: Result<T>) -> Result<T> {
+    let (status, value) = match local {
+        Ok(v) => (Ok(()), Some(v)),
+        Err(e) => (Err(e), None),
+    };
+    match (agree_ok(comm, status), value) {
+        (Ok(()), Some(v)) => Ok(v),
+        (Ok(()), None) => Err(Error::Internal("agreed success without a value".into())),
+        (Err(e), v) => {
+            std::mem::forget(v);
+            Err(e)
+        }
+    }
+}
+
 /// Agreement with nothing else to reduce.
 pub fn agree_ok<T>(comm: &Comm, local: Result<T>) -> Result<T> {
     agree(comm, local, &mut [])

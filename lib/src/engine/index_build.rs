@@ -3,7 +3,7 @@
 //! and broadcast, the leaf pages are split among the masters, and the parts
 //! are gathered into every node's shared index.
 
-use super::agree::{agree_ok, local};
+use super::agree::{agree_ok, agree_resource, local};
 use super::shared_index::{entries_as_bytes, SharedIndex};
 use crate::database::{Database, Tree};
 use crate::error::{Error, Result};
@@ -64,7 +64,7 @@ pub(crate) fn build(
     // World rank 0 is node rank 0 of its node, hence a master.
     world.bcast_i64(0, &mut sizes)?;
     let (records, key_bytes, page_size) = (sizes[0] as usize, sizes[1] as usize, sizes[2] as u32);
-    let index = agree_ok(world, SharedIndex::allocate(node, records, key_bytes))?;
+    let index = agree_resource(world, SharedIndex::allocate(node, records, key_bytes))?;
 
     let mut index = index;
     let mut io = IoSnapshot::default();

@@ -26,7 +26,7 @@ mod shared_index;
 use std::path::Path;
 use std::time::Instant;
 
-use agree::{agree, agree_ok};
+use agree::{agree, agree_ok, agree_resource};
 use shared_index::SharedIndex;
 
 use crate::database::data_file_path;
@@ -230,14 +230,7 @@ impl Engine {
             (Some(r), Some(p)) => Some(MpiFile::open(r, &p, &options.hints)),
             _ => None,
         };
-        let file = match agree_ok(&world, file.transpose()) {
-            Ok(f) => f,
-            Err(e) => {
-                // Closing is collective over the readers, some of which
-                // never got a handle: leak ours rather than hang.
-                return Err(e);
-            }
-        };
+        let file = agree_resource(&world, file.transpose())?;
         let mut counters = Counters {
             file_opens: u64::from(file.is_some()),
             ..Default::default()
@@ -255,7 +248,7 @@ impl Engine {
         counters.bytes_read += built.io.bytes_read;
         counters.read_requests += built.io.read_requests;
 
-        let data = agree_ok(&world, SharedWindow::allocate(&node, options.window_bytes))?;
+        let data = agree_resource(&world, SharedWindow::allocate(&node, options.window_bytes))?;
         let schedule = Schedule::new(
             built.index.len() as u64,
             world.size() as u64,

@@ -1,0 +1,127 @@
+/* lmdbio: scalable reads of stock LMDB training data for MPI jobs.
+ *
+ * Conventions
+ * - Every function returns an int status: LMDBIO_OK (0) or an error code
+ *   below; lmdbio_last_error() then holds a message for this thread, valid
+ *   until the next lmdbio call on the same thread.
+ * - Outputs (out pointers) are written only on success.
+ * - Handles are opaque. lmdbio_options_new/_free and lmdbio_open/_close pair
+ *   up; the _free/_close functions accept NULL.
+ * - Calls marked COLLECTIVE must be made by every rank of the communicator
+ *   given to lmdbio_open, in the same order. If any rank fails inside a
+ *   collective call, every rank returns an error (the failing rank's code;
+ *   others report its message prefixed by "rank N failed"); none hangs.
+ * - Link against the same MPI library the caller uses (MPI_Comm differs
+ *   between MPICH and Open MPI). MPI must be initialised before lmdbio_open
+ *   and finalised after lmdbio_close.
+ */
+#ifndef LMDBIO_H
+#define LMDBIO_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LMDBIO_VERSION_MAJOR 0
+#define LMDBIO_VERSION_MINOR 1
+#define LMDBIO_VERSION_PATCH 0
+
+/* Status codes. Numbers are stable and never reused. */
+#define LMDBIO_OK 0
+#define LMDBIO_ERR_NOT_FOUND 1        /* path names no database */
+#define LMDBIO_ERR_IO 2               /* the operating system failed a read */
+#define LMDBIO_ERR_TRUNCATED 3        /* the file ends before data it refers to */
+#define LMDBIO_ERR_NOT_LMDB 4         /* not an LMDB data file */
+#define LMDBIO_ERR_CORRUPT 5          /* damaged structure (message names page and offset) */
+#define LMDBIO_ERR_UNSUPPORTED 6      /* valid LMDB feature not read (e.g. MDB_DUPSORT) */
+#define LMDBIO_ERR_NO_SUCH_DATABASE 7 /* named database not found */
+#define LMDBIO_ERR_INVALID_ARGUMENT 8 /* bad option, NULL handle, failed engine */
+#define LMDBIO_ERR_RESOURCE_LIMIT 9   /* e.g. shared window too small for one batch */
+#define LMDBIO_ERR_MPI 10             /* an MPI call failed */
+#define LMDBIO_ERR_INTERNAL 11        /* a bug in lmdbio; please report */
+
+/* Partition modes and tail policies (lmdbio_options_set_partition/_tail). */
+#define LMDBIO_PARTITION_CONTIGUOUS 0   /* rank r: a contiguous block (default) */
+#define LMDBIO_PARTITION_ROUND_ROBIN 1  /* batches of B records dealt in turn */
+#define LMDBIO_PARTITION_STRIDED 2      /* record i to rank i mod P (Caffe multi-GPU) */
+#define LMDBIO_TAIL_WRAP 0  /* full batches; the last one continues into the next epoch (default) */
+#define LMDBIO_TAIL_SHORT 1 /* each epoch ends with a short batch; equal batch counts on all ranks */
+
+typedef struct lmdbio_options lmdbio_options;
+typedef struct lmdbio_engine lmdbio_engine;
+
+/* One record of a batch. key and value point into node-shared memory and
+ * stay valid until this rank's next lmdbio_next_batch or lmdbio_close. */
+typedef struct lmdbio_record {
+  const void *key;
+  size_t key_len;
+  const void *value;
+  size_t value_len;
+  uint64_t ordinal; /* position in key order, 0-based: portable across ranks */
+  uint64_t epoch;
+} lmdbio_record;
+
+typedef struct lmdbio_batch {
+  const lmdbio_record *records; /* owned by the engine; valid as above */
+  size_t count;
+  uint64_t step;  /* how many batches this rank received before this one */
+  uint64_t epoch; /* epoch of the first record */
+} lmdbio_batch;
+
+typedef struct lmdbio_counters {
+  uint64_t bytes_read;        /* by this rank (or node): index + values */
+  uint64_t read_requests;
+  uint64_t file_opens;
+  uint64_t index_bytes_read;
+  uint64_t bytes_delivered;   /* value bytes handed to the caller */
+  uint64_t records_delivered;
+  uint64_t rounds;            /* collective read rounds */
+  double io_seconds;
+  double wait_seconds;
+} lmdbio_counters;
+
+const char *lmdbio_last_error(void);
+
+int lmdbio_options_new(lmdbio_options **out);
+void lmdbio_options_free(lmdbio_options *options);
+int lmdbio_options_set_batch_size(lmdbio_options *options, size_t records_per_rank);
+int lmdbio_options_set_subdb(lmdbio_options *options, const char *name_or_null);
+int lmdbio_options_set_partition(lmdbio_options *options, int mode);
+int lmdbio_options_set_tail(lmdbio_options *options, int tail);
+/* 0: group ranks by shared memory (default); K: K consecutive ranks per virtual node. */
+int lmdbio_options_set_ranks_per_node(lmdbio_options *options, size_t k);
+int lmdbio_options_set_readers_per_node(lmdbio_options *options, size_t readers);
+/* Bytes of node-shared memory for values (default 256 MiB). */
+int lmdbio_options_set_window_bytes(lmdbio_options *options, size_t bytes);
+/* Steps read ahead per collective round (default 4). */
+int lmdbio_options_set_prefetch(lmdbio_options *options, size_t steps);
+int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, uint64_t max_gap_bytes);
+/* 0: all readers at once (default); G: at most G readers read at a time. */
+int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);
+/* Nonzero (default): MPI_File_read_at_all; zero: independent reads. */
+int lmdbio_options_set_collective(lmdbio_options *options, int collective);
+/* An MPI-IO hint passed to MPI_File_open, e.g. ("romio_cb_read", "disable"). */
+int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char *value);
+
+/* COLLECTIVE. path: a database directory (holding data.mdb) or a data file.
+ * options may be NULL for defaults; it is copied and may be freed after. */
+int lmdbio_open(MPI_Comm comm, const char *path, const lmdbio_options *options, lmdbio_engine **out);
+/* COLLECTIVE: every rank calls it once per step. */
+int lmdbio_next_batch(lmdbio_engine *engine, lmdbio_batch *out);
+int lmdbio_record_count(const lmdbio_engine *engine, uint64_t *out);
+/* Any out pointer may be NULL. */
+int lmdbio_rank_info(const lmdbio_engine *engine, int *rank, int *ranks, int *node_rank, int *node_size);
+int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
+/* COLLECTIVE over the node: sums of the node's counters. */
+int lmdbio_node_counters(const lmdbio_engine *engine, lmdbio_counters *out);
+/* COLLECTIVE. Frees the engine and its shared memory. */
+int lmdbio_close(lmdbio_engine *engine);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LMDBIO_H */

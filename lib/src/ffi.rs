@@ -1,0 +1,504 @@
+//! The C ABI (`include/lmdbio.h`). Every function runs inside one panic
+//! boundary, returns an `int` status (0 on success, an `ErrorKind` code
+//! otherwise) and leaves a message for `lmdbio_last_error` on its thread.
+//! Outputs are written only on success.
+//!
+//! The pointer contracts of each function (what may be NULL, who owns what,
+//! how long a batch stays valid) are documented in `include/lmdbio.h`.
+
+// C names and C contracts, documented in the header.
+#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+use crate::engine::{Counters, Engine, EngineOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::mpi_raw::RawComm;
+use crate::schedule::{Partition, Tail};
+
+pub const LMDBIO_OK: c_int = 0;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Runs `body`, turning errors and panics into status codes.
+fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => {
+            set_last_error("");
+            LMDBIO_OK
+        }
+        Ok(Err(e)) => {
+            set_last_error(&e.to_string());
+            e.kind().code()
+        }
+        Err(_) => {
+            set_last_error("internal error: a panic was caught at the C boundary (please report)");
+            ErrorKind::Internal.code()
+        }
+    }
+}
+
+fn null(what: &str) -> Error {
+    Error::InvalidArgument(format!("{what} is NULL"))
+}
+
+/// # Safety
+/// `p` must be NULL or valid for the call.
+unsafe fn mut_ref<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
+    // SAFETY: the caller passes a pointer from our own constructor.
+    unsafe { p.as_mut() }.ok_or_else(|| null(what))
+}
+
+unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Error::InvalidArgument(format!("{what} is not UTF-8")))
+}
+
+/// Opaque options handle.
+pub struct lmdbio_options(EngineOptions);
+
+/// Opaque engine handle: the engine and the current batch's record table.
+pub struct lmdbio_engine {
+    engine: Engine,
+    records: Vec<lmdbio_record>,
+}
+
+#[repr(C)]
+pub struct lmdbio_record {
+    pub key: *const u8,
+    pub key_len: usize,
+    pub value: *const u8,
+    pub value_len: usize,
+    pub ordinal: u64,
+    pub epoch: u64,
+}
+
+#[repr(C)]
+pub struct lmdbio_batch {
+    pub records: *const lmdbio_record,
+    pub count: usize,
+    pub step: u64,
+    pub epoch: u64,
+}
+
+#[repr(C)]
+pub struct lmdbio_counters {
+    pub bytes_read: u64,
+    pub read_requests: u64,
+    pub file_opens: u64,
+    pub index_bytes_read: u64,
+    pub bytes_delivered: u64,
+    pub records_delivered: u64,
+    pub rounds: u64,
+    pub io_seconds: f64,
+    pub wait_seconds: f64,
+}
+
+impl From<Counters> for lmdbio_counters {
+    fn from(c: Counters) -> Self {
+        lmdbio_counters {
+            bytes_read: c.bytes_read,
+            read_requests: c.read_requests,
+            file_opens: c.file_opens,
+            index_bytes_read: c.index_bytes_read,
+            bytes_delivered: c.bytes_delivered,
+            records_delivered: c.records_delivered,
+            rounds: c.rounds,
+            io_seconds: c.io_seconds,
+            wait_seconds: c.wait_seconds,
+        }
+    }
+}
+
+/// The message of the last failed call on this thread ("" after success).
+/// Valid until the next lmdbio call on this thread.
+#[no_mangle]
+pub extern "C" fn lmdbio_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_new(out: *mut *mut lmdbio_options) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let boxed = Box::into_raw(Box::new(lmdbio_options(EngineOptions::default())));
+        // SAFETY: out checked non-NULL.
+        unsafe { *out = boxed };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_free(options: *mut lmdbio_options) {
+    if !options.is_null() {
+        // SAFETY: made by lmdbio_options_new, freed once by the caller.
+        drop(unsafe { Box::from_raw(options) });
+    }
+}
+
+/// Applies `set` to the options behind `options`.
+unsafe fn with_options(
+    options: *mut lmdbio_options,
+    set: impl FnOnce(&mut EngineOptions) -> Result<()>,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let o = unsafe { mut_ref(options, "options") }?;
+        set(&mut o.0)
+    })
+}
+
+fn positive(v: usize, what: &str) -> Result<usize> {
+    if v == 0 {
+        return Err(Error::InvalidArgument(format!("{what} must be at least 1")));
+    }
+    Ok(v)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_batch_size(
+    options: *mut lmdbio_options,
+    batch: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.batch = positive(batch, "batch size")?;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_subdb(
+    options: *mut lmdbio_options,
+    name: *const c_char,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.subdb = if name.is_null() {
+                None
+            } else {
+                Some(c_str(name, "name")?.to_owned())
+            };
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_partition(
+    options: *mut lmdbio_options,
+    mode: c_int,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.partition = match mode {
+                0 => Partition::Contiguous,
+                1 => Partition::RoundRobinBatches,
+                2 => Partition::Strided,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "unknown partition mode {mode}"
+                    )))
+                }
+            };
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_tail(
+    options: *mut lmdbio_options,
+    tail: c_int,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.tail = match tail {
+                0 => Tail::Wrap,
+                1 => Tail::Short,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "unknown tail policy {tail}"
+                    )))
+                }
+            };
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_ranks_per_node(
+    options: *mut lmdbio_options,
+    k: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.ranks_per_node = if k == 0 { None } else { Some(k) };
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_readers_per_node(
+    options: *mut lmdbio_options,
+    n: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.readers_per_node = positive(n, "readers per node")?;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_window_bytes(
+    options: *mut lmdbio_options,
+    bytes: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.window_bytes = positive(bytes, "window size")?;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_prefetch(
+    options: *mut lmdbio_options,
+    steps: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.prefetch = positive(steps, "prefetch")?;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_coalesce(
+    options: *mut lmdbio_options,
+    target_bytes: u64,
+    max_gap_bytes: u64,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.coalesce.target = positive(target_bytes as usize, "coalescing target")? as u64;
+            o.coalesce.max_gap = max_gap_bytes;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_stagger(
+    options: *mut lmdbio_options,
+    readers_at_once: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.stagger = if readers_at_once == 0 {
+                None
+            } else {
+                Some(readers_at_once)
+            };
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_collective(
+    options: *mut lmdbio_options,
+    collective: c_int,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.collective = collective != 0;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_hint(
+    options: *mut lmdbio_options,
+    key: *const c_char,
+    value: *const c_char,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            let (k, v) = (c_str(key, "key")?, c_str(value, "value")?);
+            o.hints.push((k.to_owned(), v.to_owned()));
+            Ok(())
+        })
+    }
+}
+
+/// Collective over `comm`.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_open(
+    comm: RawComm,
+    path: *const c_char,
+    options: *const lmdbio_options,
+    out: *mut *mut lmdbio_engine,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: NULL or a path string from the caller.
+        let path = PathBuf::from(unsafe { c_str(path, "path") }?);
+        // SAFETY: NULL or made by lmdbio_options_new.
+        let options =
+            unsafe { options.as_ref() }.map_or_else(EngineOptions::default, |o| o.0.clone());
+        let engine = Engine::open(comm, &path, options)?;
+        let handle = Box::into_raw(Box::new(lmdbio_engine {
+            engine,
+            records: Vec::new(),
+        }));
+        // SAFETY: out checked non-NULL.
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+/// Collective over the engine's communicator.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_next_batch(
+    engine: *mut lmdbio_engine,
+    out: *mut lmdbio_batch,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let handle = unsafe { mut_ref(engine, "engine") }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let lmdbio_engine { engine, records } = handle;
+        let batch = engine.next_batch()?;
+        records.clear();
+        for (i, r) in batch.records().iter().enumerate() {
+            let (key, value) = (batch.key(i), batch.value(i));
+            records.push(lmdbio_record {
+                key: key.as_ptr(),
+                key_len: key.len(),
+                value: value.as_ptr(),
+                value_len: value.len(),
+                ordinal: r.ordinal,
+                epoch: r.epoch,
+            });
+        }
+        let result = lmdbio_batch {
+            records: records.as_ptr(),
+            count: records.len(),
+            step: batch.step,
+            epoch: batch.epoch(),
+        };
+        // SAFETY: out checked non-NULL.
+        unsafe { *out = result };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
+        *out = e.engine.records();
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_rank_info(
+    engine: *const lmdbio_engine,
+    rank: *mut c_int,
+    ranks: *mut c_int,
+    node_rank: *mut c_int,
+    node_size: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller; each out pointer may be NULL.
+        let e = &unsafe { engine.as_ref() }
+            .ok_or_else(|| null("engine"))?
+            .engine;
+        for (p, v) in [
+            (rank, e.rank()),
+            (ranks, e.ranks()),
+            (node_rank, e.node_rank()),
+            (node_size, e.node_size()),
+        ] {
+            if let Some(p) = unsafe { p.as_mut() } {
+                *p = v as c_int;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// This rank's counters (local).
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_counters_get(
+    engine: *const lmdbio_engine,
+    out: *mut lmdbio_counters,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
+        *out = e.engine.counters().into();
+        Ok(())
+    })
+}
+
+/// The node's summed counters (collective over the node).
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_node_counters(
+    engine: *const lmdbio_engine,
+    out: *mut lmdbio_counters,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
+        *out = e.engine.node_counters()?.into();
+        Ok(())
+    })
+}
+
+/// Collective; NULL is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_close(engine: *mut lmdbio_engine) -> c_int {
+    guard(|| {
+        if !engine.is_null() {
+            // SAFETY: made by lmdbio_open, closed once by the caller.
+            drop(unsafe { Box::from_raw(engine) });
+        }
+        Ok(())
+    })
+}

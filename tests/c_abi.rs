@@ -1,0 +1,89 @@
+//! The C ABI from C: `tests/c/read_two_epochs.c` is compiled with the
+//! system `mpicc` against `include/lmdbio.h` and the cdylib, and run under
+//! mpiexec against a manifest made from liblmdb's records.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lmdbio_testkit as kit;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// The directory holding this build's `liblmdbio.so`, built on demand.
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_owned(); // target/<profile>
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "lmdbio", "--lib"])
+        .current_dir(workspace())
+        .status()
+        .expect("run cargo build for the cdylib");
+    assert!(status.success(), "building liblmdbio.so failed");
+    assert!(
+        dir.join("liblmdbio.so").exists(),
+        "no liblmdbio.so in {}",
+        dir.display()
+    );
+    dir
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[test]
+fn c_program_reads_two_epochs_and_checks_every_record() {
+    let lib = library_dir();
+    let work = kit::TempDir::new().unwrap();
+    let exe = work.path().join("read_two_epochs");
+    let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc.mpich".into());
+    let out = Command::new(&mpicc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(workspace().join("include"))
+        .arg(workspace().join("tests/c/read_two_epochs.c"))
+        .arg(format!("-L{}", lib.display()))
+        .arg("-llmdbio")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run mpicc");
+    assert!(
+        out.status.success(),
+        "{mpicc} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for fx in [kit::caffe_style(777, 3000, 71), kit::churned(72)] {
+        let manifest = work.path().join(format!("{}.manifest", fx.name));
+        let text: String = fx
+            .oracle()
+            .iter()
+            .map(|(k, v)| {
+                let key: String = k.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{key} {} {:x}\n", v.len(), fnv1a(v))
+            })
+            .collect();
+        std::fs::write(&manifest, text).unwrap();
+        for n in [1, 3, 4] {
+            let mut cmd = kit::mpiexec(n, &exe);
+            cmd.arg(&fx.path).arg(&manifest);
+            let out = kit::run_bounded(cmd);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("OK "),
+                "{} on {n} ranks:\n{stdout}\n{}",
+                fx.name,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
