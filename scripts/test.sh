@@ -20,8 +20,12 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
 
-step "tests"
+step "tests (MPICH)"
 cargo test --workspace --locked
+
+step "MPI tests again with Open MPI (built against it in its own target dir)"
+MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
+  cargo test --locked --target-dir target/openmpi -p lmdbio-tools --test mpi --test c_abi
 
 step "fuzz smoke (bounded)"
 LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh

@@ -432,7 +432,10 @@ impl Engine {
 
     /// The most steps (up to `prefetch`) whose round fits the window.
     fn steps_that_fit(&self, first: u64) -> Result<u64> {
-        let mut k = self.options.prefetch.max(1) as u64;
+        // Ramp up 1, 2, 4, ... steps so the first batch arrives after one
+        // step's read, not after a whole prefetch round.
+        let ramp = 1u64 << self.counters.rounds.min(32);
+        let mut k = (self.options.prefetch.max(1) as u64).min(ramp);
         loop {
             let (spans, _) = self.round_spans(first, k);
             let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
