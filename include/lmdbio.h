@@ -104,6 +104,9 @@ int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, 
 int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);
 /* Nonzero (default): MPI_File_read_at_all; zero: independent reads. */
 int lmdbio_options_set_collective(lmdbio_options *options, int collective);
+/* Nonzero (default): read the next round with non-blocking MPI-IO into the
+ * other half of the window while the ranks work on the current one. */
+int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
 /* An MPI-IO hint passed to MPI_File_open, e.g. ("romio_cb_read", "disable"). */
 int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char *value);
 

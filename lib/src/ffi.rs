@@ -343,6 +343,19 @@ pub unsafe extern "C" fn lmdbio_options_set_collective(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_overlap(
+    options: *mut lmdbio_options,
+    overlap: c_int,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.overlap = overlap != 0;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_hint(
     options: *mut lmdbio_options,
     key: *const c_char,

@@ -44,6 +44,14 @@ pub struct Args {
     /// Independent instead of collective MPI-IO.
     #[arg(long)]
     independent: bool,
+    /// Read each round synchronously instead of while the ranks work on the
+    /// previous one.
+    #[arg(long)]
+    no_overlap: bool,
+    /// Simulated work per batch (milliseconds), to measure how much reading
+    /// overlaps with computing.
+    #[arg(long, value_name = "MS", default_value_t = 0.0)]
+    compute_ms: f64,
     /// Steps read ahead per round.
     #[arg(long, value_name = "N", default_value_t = 4)]
     prefetch: usize,
@@ -108,8 +116,11 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     let world = universe.world();
     let options = engine_options(args)?;
     let opened = Instant::now();
+    // The steps this run takes follow from the schedule (which needs the
+    // record count); telling the engine keeps it from reading past them.
     let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
     let steps = steps_for_epochs(engine.schedule(), args.epochs);
+    engine.set_step_limit(steps);
 
     let mut trace = match &args.trace {
         Some(dir) => {
@@ -151,6 +162,9 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
             }
         }
         first_batch.get_or_insert_with(|| opened.elapsed().as_secs_f64());
+        if args.compute_ms > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(args.compute_ms / 1e3));
+        }
     }
     if let Some(mut t) = trace {
         t.flush()?;
@@ -240,6 +254,8 @@ fn engine_options(args: &Args) -> Result<EngineOptions, CommandError> {
         stagger: args.stagger,
         collective: !args.independent,
         hints,
+        overlap: !args.no_overlap,
+        step_limit: None,
     })
 }
 

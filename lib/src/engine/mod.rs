@@ -32,7 +32,7 @@ use shared_index::SharedIndex;
 use crate::database::data_file_path;
 use crate::error::{Error, Result};
 use crate::format::PAGEHDRSZ;
-use crate::mpi_raw::{Comm, MpiFile, RawComm, ReduceOp, SharedWindow};
+use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, SharedWindow};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
 use crate::schedule::{Partition, Schedule, Tail};
 use crate::values::overflow_header_problem;
@@ -64,6 +64,12 @@ pub struct EngineOptions {
     pub collective: bool,
     /// MPI-IO hints passed at open (e.g. `romio_cb_read=disable`).
     pub hints: Vec<(String, String)>,
+    /// The caller will take at most this many steps: nothing past them is
+    /// read ahead, and asking for more is an error. `None`: unbounded.
+    pub step_limit: Option<u64>,
+    /// Read the next round (non-blocking MPI-IO into the other half of the
+    /// window) while the ranks work on the current one.
+    pub overlap: bool,
 }
 
 impl Default for EngineOptions {
@@ -81,6 +87,8 @@ impl Default for EngineOptions {
             stagger: None,
             collective: true,
             hints: Vec::new(),
+            overlap: true,
+            step_limit: None,
         }
     }
 }
@@ -162,6 +170,21 @@ struct SpanOwner {
     ordinal: usize,
 }
 
+/// A round being read: planned, reads started, not yet published.
+struct PendingRound {
+    first_step: u64,
+    steps: u64,
+    plan: ReadPlan,
+    owners: Vec<SpanOwner>,
+    /// Window offset of the round's area.
+    base: u64,
+    /// This reader's range of the round's buffer (relative to `base`).
+    range: (u64, u64),
+    read: Option<PendingRead>,
+    /// A failure while starting; reported at the round's agreement.
+    error: Option<Error>,
+}
+
 /// The loaded round: steps `[first_step, first_step + steps)`.
 struct Round {
     first_step: u64,
@@ -172,6 +195,8 @@ struct Round {
 }
 
 pub struct Engine {
+    // Dropped first: waits for reads into `data` from `file`.
+    pending: Option<PendingRound>,
     world: Comm,
     node: Comm,
     readers: Option<Comm>,
@@ -190,6 +215,7 @@ pub struct Engine {
     batch: Vec<BatchRecord>,
     last_epoch: u64,
     counters: Counters,
+    rounds_started: u64,
     failed: Option<String>,
 }
 
@@ -257,6 +283,7 @@ impl Engine {
             options.tail,
         );
         Ok(Engine {
+            pending: None,
             world,
             node,
             readers,
@@ -273,6 +300,7 @@ impl Engine {
             batch: Vec::new(),
             last_epoch: 0,
             counters,
+            rounds_started: 0,
             failed: None,
         })
     }
@@ -304,6 +332,13 @@ impl Engine {
 
     pub fn schedule(&self) -> &Schedule {
         &self.schedule
+    }
+
+    /// Sets [`EngineOptions::step_limit`] once the caller knows it (for
+    /// example from [`Engine::schedule`]). Every rank must set the same
+    /// limit before its next `next_batch`.
+    pub fn set_step_limit(&mut self, limit: u64) {
+        self.options.step_limit = Some(limit);
     }
 
     /// The next step to be delivered.
@@ -368,6 +403,11 @@ impl Engine {
 
     fn advance(&mut self) -> Result<()> {
         let t = self.step;
+        if self.options.step_limit.is_some_and(|limit| t >= limit) {
+            return Err(Error::InvalidArgument(format!(
+                "step {t} is past the step limit given at open"
+            )));
+        }
         let loaded = self
             .round
             .as_ref()
@@ -375,6 +415,10 @@ impl Engine {
         if !loaded {
             self.round = None;
             self.load_round(t)?;
+        }
+        if let Some(read) = self.pending.as_mut().and_then(|p| p.read.as_mut()) {
+            // Errors surface at the round's agreement through `wait`.
+            let _ = read.poll();
         }
         let round = self.round.as_ref().expect("round loaded above");
         let me = self.node.rank();
@@ -431,23 +475,31 @@ impl Engine {
     }
 
     /// The most steps (up to `prefetch`) whose round fits the window.
-    fn steps_that_fit(&self, first: u64) -> Result<u64> {
+    fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<u64> {
         // Ramp up 1, 2, 4, ... steps so the first batch arrives after one
         // step's read, not after a whole prefetch round.
-        let ramp = 1u64 << self.counters.rounds.min(32);
-        let mut k = (self.options.prefetch.max(1) as u64).min(ramp);
+        let ramp = 1u64 << self.rounds_started.min(32);
+        let left = self
+            .options
+            .step_limit
+            .map_or(u64::MAX, |l| l.saturating_sub(first));
+        let mut k = (self.options.prefetch.max(1) as u64)
+            .min(ramp)
+            .min(left)
+            .max(1);
         loop {
             let (spans, _) = self.round_spans(first, k);
             let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
             let per_reader_ok = plan.buffer_len / self.options.readers_per_node.max(1) as u64
                 <= i32::MAX as u64 / 2;
-            if plan.buffer_len <= self.data.len() as u64 && per_reader_ok {
+            if plan.buffer_len <= capacity && per_reader_ok {
                 return Ok(k);
             }
             if k == 1 {
                 return Err(Error::ResourceLimit(format!(
-                    "the shared window ({} bytes) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
+                    "the shared window ({} bytes{}) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
                     self.data.len(),
+                    if self.options.overlap { ", half per round with overlap" } else { "" },
                     plan.buffer_len
                 )));
             }
@@ -455,47 +507,73 @@ impl Engine {
         }
     }
 
-    /// Reads the round starting at step `first` into the shared window.
+    /// Makes the round starting at step `first` current: completes the read
+    /// started ahead of time (or reads it now), publishes it, and with
+    /// overlap on starts reading the following round into the other half
+    /// of the window while the ranks work on this one.
     fn load_round(&mut self, first: u64) -> Result<()> {
+        let pending = match self.pending.take() {
+            Some(p) if p.first_step == first => p,
+            _ => self.start_round(first)?,
+        };
+        let round = self.finish_round(pending)?;
+        let next = round.first_step + round.steps;
+        self.round = Some(round);
+        let more = self.options.step_limit.is_none_or(|limit| next < limit);
+        if self.options.overlap && more {
+            self.pending = Some(self.start_round(next)?);
+        }
+        Ok(())
+    }
+
+    /// Bytes one round may use, and where round number `n` starts: with
+    /// overlap the window is two halves used in turn.
+    fn round_area(&self, n: u64) -> (u64, u64) {
+        let len = self.data.len() as u64;
+        if self.options.overlap {
+            (len / 2, (n % 2) * (len / 2))
+        } else {
+            (len, 0)
+        }
+    }
+
+    /// Agrees on the round's length, plans it, and starts this reader's
+    /// reads (collective over all ranks). Read errors are kept for the
+    /// round's agreement in `finish_round`.
+    fn start_round(&mut self, first: u64) -> Result<PendingRound> {
         let waited = Instant::now();
+        let (capacity, base) = self.round_area(self.rounds_started);
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
         let fit = if self.node.rank() == 0 {
-            agree::local(|| self.steps_that_fit(first)).map(|k| k as i64)
+            agree::local(|| self.steps_that_fit(first, capacity)).map(|k| k as i64)
         } else {
             Ok(i64::MAX)
         };
         let mut k = [*fit.as_ref().unwrap_or(&i64::MAX)];
         agree(&self.world, fit, &mut k)?;
         let k = k[0].max(1) as u64;
-
+        self.rounds_started += 1;
         let (spans, owners) = self.round_spans(first, k);
         let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
         self.counters.wait_seconds += waited.elapsed().as_secs_f64();
 
         let io_start = Instant::now();
-        let read = agree::local(|| self.read_my_runs(&plan, &owners));
-        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
-
-        let waited = Instant::now();
-        let published = read.and_then(|()| self.data.sync());
-        agree_ok(&self.world, published)?;
-        self.data.sync()?;
-        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
-        self.counters.rounds += 1;
-
-        let members = self.members.len();
-        let mut placements = vec![vec![Vec::new(); members]; k as usize];
-        for (i, o) in owners.iter().enumerate() {
-            let p = plan.placements[i];
-            placements[o.step][o.member].push((p.buf_offset, p.len));
-        }
-        self.round = Some(Round {
+        let mut round = PendingRound {
             first_step: first,
             steps: k,
-            placements,
-        });
-        Ok(())
+            plan,
+            owners,
+            base,
+            range: (0, 0),
+            read: None,
+            error: None,
+        };
+        if let Err(e) = agree::local(|| self.start_my_reads(&mut round)) {
+            round.error = Some(e);
+        }
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        Ok(round)
     }
 
     /// This reader's share of the round's runs: the node's runs split into
@@ -510,66 +588,114 @@ impl Engine {
         &plan.runs[lo..hi]
     }
 
-    fn read_my_runs(&mut self, plan: &ReadPlan, owners: &[SpanOwner]) -> Result<()> {
+    fn start_my_reads(&mut self, round: &mut PendingRound) -> Result<()> {
         let (Some(readers), Some(file)) = (&self.readers, &self.file) else {
             return Ok(());
         };
-        let runs = self.my_runs(plan);
-        let (buf_lo, buf_hi) = match (runs.first(), runs.last()) {
-            (Some(a), Some(b)) => (a.buf_offset as usize, (b.buf_offset + b.len) as usize),
+        let runs = self.my_runs(&round.plan);
+        round.range = match (runs.first(), runs.last()) {
+            (Some(a), Some(b)) => (a.buf_offset, b.buf_offset + b.len),
             _ => (0, 0),
         };
-        // Staggering: readers take turns in groups of `stagger`; everyone
-        // takes part in every phase so collective calls always match.
+        let (lo, hi) = (round.base + round.range.0, round.base + round.range.1);
+        // SAFETY: the range lies inside this round's area of the window
+        // (the plan fits its capacity); each reader writes only its own
+        // range, and no rank reads the area until the round is published.
+        let buf = unsafe { self.data.bytes_mut()[lo as usize..hi as usize].as_mut_ptr() };
+        let len = (hi - lo) as usize;
+        let collective = self.options.collective;
+        // Staggering: readers take turns in groups of `stagger`, everyone
+        // taking part in every phase so collective calls always match.
+        // Staggered phases run one after another; without staggering the
+        // single read is left to complete while the ranks work.
         let group = self.options.stagger.unwrap_or(readers.size()).max(1);
         let phases = readers.size().div_ceil(group);
         let my_phase = readers.rank() / group;
         let mut result = Ok(());
         for phase in 0..phases {
-            let mine = phase == my_phase && result.is_ok();
-            let (runs_now, range) = if mine {
-                (runs, buf_lo..buf_hi)
-            } else {
-                (&[][..], 0..0)
-            };
-            // SAFETY: each reader writes only its own contiguous range of
-            // the window (its runs are packed there by the plan); no rank
-            // reads the window until the round is published.
-            let buf = unsafe { &mut self.data.bytes_mut()[range] };
-            match file.read_runs(runs_now, buf, self.options.collective) {
-                Ok(n) => {
-                    self.counters.read_requests += n;
-                    self.counters.bytes_read += buf.len() as u64;
+            let mine = phase == my_phase;
+            let (runs_now, len_now) = if mine { (runs, len) } else { (&[][..], 0) };
+            // SAFETY: buf is valid for len bytes of the window and untouched
+            // until the read completes (see above).
+            let started = unsafe { file.start_read_runs(runs_now, buf, len_now, collective) };
+            match started {
+                Ok(read) if phases == 1 => round.read = Some(read),
+                Ok(read) => {
+                    let done = read.wait();
+                    if let (Ok(n), true) = (&done, mine) {
+                        self.counters.read_requests += n;
+                        self.counters.bytes_read += len as u64;
+                    }
+                    if result.is_ok() {
+                        result = done.map(|_| ());
+                    }
                 }
                 Err(e) if result.is_ok() => result = Err(e),
                 Err(_) => {}
             }
-            if !self.options.collective && phases > 1 {
+            if !collective && phases > 1 {
                 readers.barrier()?;
             }
         }
-        result?;
-        self.check_overflow_headers(plan, owners, buf_lo as u64, buf_hi as u64)
+        result
+    }
+
+    /// Completes this reader's reads, checks them, and publishes the round
+    /// (collective: one agreement over all ranks).
+    fn finish_round(&mut self, mut pending: PendingRound) -> Result<Round> {
+        let io_start = Instant::now();
+        if let Some(read) = pending.read.take() {
+            match read.wait() {
+                Ok(n) => {
+                    self.counters.read_requests += n;
+                    self.counters.bytes_read += pending.range.1 - pending.range.0;
+                }
+                Err(e) => {
+                    pending.error.get_or_insert(e);
+                }
+            }
+        }
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        let checked = match pending.error.take() {
+            Some(e) => Err(e),
+            None if self.readers.is_some() => {
+                agree::local(|| self.check_overflow_headers(&pending))
+            }
+            None => Ok(()),
+        };
+        let waited = Instant::now();
+        let published = checked.and_then(|()| self.data.sync());
+        agree_ok(&self.world, published)?;
+        self.data.sync()?;
+        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
+        self.counters.rounds += 1;
+
+        let members = self.members.len();
+        let mut placements = vec![vec![Vec::new(); members]; pending.steps as usize];
+        for (i, o) in pending.owners.iter().enumerate() {
+            let p = pending.plan.placements[i];
+            placements[o.step][o.member].push((pending.base + p.buf_offset, p.len));
+        }
+        Ok(Round {
+            first_step: pending.first_step,
+            steps: pending.steps,
+            placements,
+        })
     }
 
     /// Checks the overflow headers that landed in this reader's range.
-    fn check_overflow_headers(
-        &self,
-        plan: &ReadPlan,
-        owners: &[SpanOwner],
-        lo: u64,
-        hi: u64,
-    ) -> Result<()> {
-        // SAFETY: this reader finished writing its range; nobody else
-        // writes it during the round.
+    fn check_overflow_headers(&self, round: &PendingRound) -> Result<()> {
+        // SAFETY: this reader's reads completed; nobody else writes its
+        // range during the round.
         let bytes = unsafe { self.data.bytes() };
         let entries = self.index.entries();
-        for (p, owner) in plan.placements.iter().zip(owners) {
+        let (lo, hi) = round.range;
+        for (p, owner) in round.plan.placements.iter().zip(&round.owners) {
             let entry = &entries[owner.ordinal];
             if !entry.is_overflow() || p.buf_offset < lo || p.buf_offset >= hi {
                 continue;
             }
-            let start = p.buf_offset as usize;
+            let start = (round.base + p.buf_offset) as usize;
             let header = &bytes[start..start + PAGEHDRSZ];
             if let Some((pgno, reason)) = overflow_header_problem(entry, header, self.page_size) {
                 let path = self

@@ -128,16 +128,7 @@ impl MpiFile {
         expected: usize,
         at: u64,
     ) -> Result<()> {
-        let mut got: c_int = 0;
-        // SAFETY: the status was filled by the completed read.
-        check(
-            unsafe { ffi::MPI_Get_count(status.as_ptr(), ffi::RSMPI_UINT8_T, &mut got) },
-            "MPI_Get_count",
-        )?;
-        if got as usize != expected {
-            return Err(self.truncated(at, expected as u64));
-        }
-        Ok(())
+        check_count(status, expected).map_err(|_| self.truncated(at, expected as u64))
     }
 
     /// Reads `runs` (sorted by file offset, non-overlapping) into `buf`,
@@ -179,40 +170,8 @@ impl MpiFile {
                 buf.len()
             )));
         }
-        // Blocks of at most MAX_BLOCK bytes so every length fits an int.
-        let mut lens: Vec<c_int> = Vec::new();
-        let mut displs: Vec<ffi::MPI_Aint> = Vec::new();
-        for r in runs {
-            let mut off = 0;
-            while off < r.len {
-                let n = (r.len - off).min(MAX_BLOCK);
-                lens.push(n as c_int);
-                displs.push((r.file_offset + off) as ffi::MPI_Aint);
-                off += n;
-            }
-        }
+        self.set_view(runs)?;
         let byte = unsafe { ffi::RSMPI_UINT8_T };
-        let filetype = if lens.is_empty() {
-            None
-        } else {
-            Some(Datatype::hindexed(&lens, &displs)?)
-        };
-        let native = c"native";
-        // SAFETY: valid file; etype/filetype are committed datatypes (or the
-        // byte type); the datarep string is NUL-terminated.
-        check(
-            unsafe {
-                ffi::MPI_File_set_view(
-                    self.raw,
-                    0,
-                    byte,
-                    filetype.as_ref().map_or(byte, |t| t.raw),
-                    native.as_ptr(),
-                    ffi::RSMPI_INFO_NULL,
-                )
-            },
-            "MPI_File_set_view",
-        )?;
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
         // SAFETY: buf is valid for buf.len() (< 2^31) bytes; the view maps
         // exactly that many file bytes.
@@ -237,6 +196,240 @@ impl MpiFile {
     }
 }
 
+impl MpiFile {
+    /// Starts reading `runs` (sorted, non-overlapping) into `buf`, packed
+    /// back to back, without waiting: one `MPI_File_iread_at_all` through a
+    /// file view (collective; every rank of the file's communicator calls
+    /// this the same number of times, an empty `runs` included) or one
+    /// `MPI_File_iread_at` per run. Complete it with [`PendingRead::wait`]
+    /// before starting another read on this file.
+    ///
+    /// # Safety
+    /// `buf` must be valid for `len` bytes and neither read nor written by
+    /// anyone until the returned read is waited for (or dropped).
+    pub unsafe fn start_read_runs(
+        &self,
+        runs: &[ReadRun],
+        buf: *mut u8,
+        len: usize,
+        collective: bool,
+    ) -> Result<PendingRead> {
+        let total: u64 = runs.iter().map(|r| r.len).sum();
+        let mut pending = PendingRead {
+            path: self.path.clone(),
+            file_len: self.len,
+            requests: Vec::new(),
+            expected: Vec::new(),
+            outcomes: Vec::new(),
+            deferred: None,
+            runs: runs.len() as u64,
+        };
+        if total != len as u64 {
+            return Err(Error::InvalidArgument(
+                "read buffer does not match its runs".into(),
+            ));
+        }
+        let runs = match runs.iter().find(|r| r.file_offset + r.len > self.len) {
+            Some(r) => {
+                // Still take part in the collective call, reading nothing.
+                pending.deferred = Some(self.truncated(r.file_offset, r.len));
+                if !collective {
+                    return Ok(pending);
+                }
+                &[][..]
+            }
+            None => runs,
+        };
+        let len = if runs.is_empty() { 0 } else { len };
+        if collective {
+            if len as u64 > i32::MAX as u64 {
+                return Err(Error::ResourceLimit(format!(
+                    "one collective read of {len} bytes exceeds an int count; lower the window size"
+                )));
+            }
+            self.set_view(runs)?;
+            let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: the caller keeps buf valid and untouched until the
+            // request completes; the view maps exactly len file bytes.
+            check(
+                unsafe {
+                    ffi::MPI_File_iread_at_all(
+                        self.raw,
+                        0,
+                        buf as *mut c_void,
+                        len as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        &mut request,
+                    )
+                },
+                "MPI_File_iread_at_all",
+            )?;
+            pending.requests.push(request);
+            pending.outcomes.push(None);
+            pending
+                .expected
+                .push((len, runs.first().map_or(0, |r| r.file_offset)));
+            return Ok(pending);
+        }
+        let mut at = 0usize;
+        for r in runs {
+            let mut off = 0u64;
+            while off < r.len {
+                let n = (r.len - off).min(MAX_BLOCK) as usize;
+                let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+                // SAFETY: [at, at + n) lies inside buf (runs sum to len).
+                check(
+                    unsafe {
+                        ffi::MPI_File_iread_at(
+                            self.raw,
+                            (r.file_offset + off) as ffi::MPI_Offset,
+                            buf.add(at) as *mut c_void,
+                            n as c_int,
+                            ffi::RSMPI_UINT8_T,
+                            &mut request,
+                        )
+                    },
+                    "MPI_File_iread_at",
+                )?;
+                pending.requests.push(request);
+                pending.outcomes.push(None);
+                pending.expected.push((n, r.file_offset + off));
+                at += n;
+                off += n as u64;
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Sets a file view made of `runs` (or plain bytes when empty).
+    fn set_view(&self, runs: &[ReadRun]) -> Result<()> {
+        let mut lens: Vec<c_int> = Vec::new();
+        let mut displs: Vec<ffi::MPI_Aint> = Vec::new();
+        for r in runs {
+            let mut off = 0;
+            while off < r.len {
+                let n = (r.len - off).min(MAX_BLOCK);
+                lens.push(n as c_int);
+                displs.push((r.file_offset + off) as ffi::MPI_Aint);
+                off += n;
+            }
+        }
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        let filetype = if lens.is_empty() {
+            None
+        } else {
+            Some(Datatype::hindexed(&lens, &displs)?)
+        };
+        // SAFETY: valid file; etype/filetype are committed datatypes (or the
+        // byte type); the datarep string is NUL-terminated. MPI keeps its
+        // own reference to the filetype, so ours may be freed after.
+        check(
+            unsafe {
+                ffi::MPI_File_set_view(
+                    self.raw,
+                    0,
+                    byte,
+                    filetype.as_ref().map_or(byte, |t| t.raw),
+                    c"native".as_ptr(),
+                    ffi::RSMPI_INFO_NULL,
+                )
+            },
+            "MPI_File_set_view",
+        )
+    }
+}
+
+/// Reads started by [`MpiFile::start_read_runs`]. Dropping it waits, so
+/// drop it before the file and the buffer.
+pub struct PendingRead {
+    path: PathBuf,
+    file_len: u64,
+    requests: Vec<ffi::MPI_Request>,
+    /// Bytes and file offset each request must deliver.
+    expected: Vec<(usize, u64)>,
+    /// Results of requests already seen complete by `poll`.
+    outcomes: Vec<Option<Result<()>>>,
+    deferred: Option<Error>,
+    runs: u64,
+}
+
+impl PendingRead {
+    /// Lets MPI make progress on the reads without blocking: some MPI-IO
+    /// implementations advance non-blocking collective reads only inside
+    /// test and wait calls. Returns true when all have completed.
+    pub fn poll(&mut self) -> Result<bool> {
+        let mut all = true;
+        for i in 0..self.requests.len() {
+            if self.outcomes[i].is_some() {
+                continue;
+            }
+            let mut flag: c_int = 0;
+            let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+            // SAFETY: a request we started and have not seen complete.
+            let rc =
+                unsafe { ffi::MPI_Test(&mut self.requests[i], &mut flag, status.as_mut_ptr()) };
+            if rc != 0 {
+                self.outcomes[i] = Some(check(rc, "MPI_Test"));
+            } else if flag != 0 {
+                self.outcomes[i] = Some(self.count_outcome(&status, i));
+            } else {
+                all = false;
+            }
+        }
+        Ok(all)
+    }
+
+    fn count_outcome(
+        &self,
+        status: &std::mem::MaybeUninit<ffi::MPI_Status>,
+        i: usize,
+    ) -> Result<()> {
+        let (n, at) = self.expected[i];
+        check_count(status, n).map_err(|got| Error::Truncated {
+            path: self.path.clone(),
+            what: format!("a read of {n} bytes at offset {at} (got {got})"),
+            needed_end: at + n as u64,
+            file_len: self.file_len,
+        })
+    }
+
+    /// Completes every request; returns the number of runs read.
+    pub fn wait(mut self) -> Result<u64> {
+        let mut result = Ok(self.runs);
+        for i in 0..self.requests.len() {
+            let outcome = match self.outcomes[i].take() {
+                Some(done) => done,
+                None => {
+                    let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+                    // SAFETY: a request we started and have not completed.
+                    let rc = unsafe { ffi::MPI_Wait(&mut self.requests[i], status.as_mut_ptr()) };
+                    check(rc, "MPI_Wait").and_then(|()| self.count_outcome(&status, i))
+                }
+            };
+            if let (Err(e), true) = (outcome, result.is_ok()) {
+                result = Err(e);
+            }
+        }
+        self.requests.clear();
+        match self.deferred.take() {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        for request in &mut self.requests {
+            let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+            // SAFETY: completes a request we started; the buffer it writes
+            // is still alive (the engine drops pending reads before its
+            // window).
+            unsafe { ffi::MPI_Wait(request, status.as_mut_ptr()) };
+        }
+    }
+}
+
 impl Drop for MpiFile {
     fn drop(&mut self) {
         if super::is_initialized() {
@@ -245,6 +438,21 @@ impl Drop for MpiFile {
             unsafe { ffi::MPI_File_close(&mut self.raw) };
         }
     }
+}
+
+/// Checks a completed read delivered `expected` bytes; `Err(got)` if not
+/// (an MPI failure to report the count counts as 0).
+fn check_count(
+    status: &std::mem::MaybeUninit<ffi::MPI_Status>,
+    expected: usize,
+) -> Result<(), i64> {
+    let mut got: c_int = 0;
+    // SAFETY: the status was filled by the completed read.
+    let rc = unsafe { ffi::MPI_Get_count(status.as_ptr(), ffi::RSMPI_UINT8_T, &mut got) };
+    if rc != 0 || got as usize != expected {
+        return Err(got as i64);
+    }
+    Ok(())
 }
 
 /// An `MPI_Info` built from key/value hints, freed on drop.
