@@ -110,7 +110,9 @@ struct Run {
 }
 
 pub fn run(args: &Args) -> Result<(), CommandError> {
-    let Some(universe) = mpi::initialize() else {
+    // MPI_THREAD_MULTIPLE lets the engine overlap collective reads with
+    // the ranks' work on a helper thread.
+    let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
         return Err(CommandError::Usage("MPI was already initialised".into()));
     };
     let world = universe.world();

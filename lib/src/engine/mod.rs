@@ -24,6 +24,8 @@ mod index_build;
 mod shared_index;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use agree::{agree, agree_ok, agree_resource};
@@ -32,7 +34,7 @@ use shared_index::SharedIndex;
 use crate::database::data_file_path;
 use crate::error::{Error, Result};
 use crate::format::PAGEHDRSZ;
-use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, SharedWindow};
+use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, SharedWindow, ThreadLevel};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
 use crate::schedule::{Partition, Schedule, Tail};
 use crate::values::overflow_header_problem;
@@ -180,10 +182,55 @@ struct PendingRound {
     base: u64,
     /// This reader's range of the round's buffer (relative to `base`).
     range: (u64, u64),
-    read: Option<PendingRead>,
+    read: Option<InFlight>,
     /// A failure while starting; reported at the round's agreement.
     error: Option<Error>,
 }
+
+/// This reader's outstanding read of a round.
+enum InFlight {
+    Mpi(Option<PendingRead>),
+    /// A blocking collective read on a helper thread; joined on drop, so
+    /// the window it writes outlives it.
+    Thread(Option<JoinHandle<Result<u64>>>),
+}
+
+impl InFlight {
+    fn wait(mut self) -> Result<u64> {
+        match &mut self {
+            InFlight::Mpi(read) => read.take().map_or(Ok(0), PendingRead::wait),
+            InFlight::Thread(handle) => match handle.take().map(JoinHandle::join) {
+                Some(Ok(result)) => result,
+                Some(Err(_)) => Err(Error::Internal("the read thread panicked".into())),
+                None => Ok(0),
+            },
+        }
+    }
+
+    fn poll(&mut self) {
+        if let InFlight::Mpi(Some(read)) = self {
+            // Errors surface at the round's agreement through `wait`.
+            let _ = read.poll();
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let InFlight::Thread(handle) = self {
+            if let Some(h) = handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A window address handed to the read thread.
+struct WindowPtr(*mut u8);
+// SAFETY: the pointer is into the node's shared window, which the engine
+// keeps alive until the thread is joined; only that thread writes the
+// range until then.
+unsafe impl Send for WindowPtr {}
 
 /// The loaded round: steps `[first_step, first_step + steps)`.
 struct Round {
@@ -202,7 +249,11 @@ pub struct Engine {
     readers: Option<Comm>,
     // Kept alive for the engine's life; used while building the index.
     _masters: Option<Comm>,
-    file: Option<MpiFile>,
+    file: Option<Arc<MpiFile>>,
+    /// Collective reads run on a helper thread while the ranks work (MPI
+    /// was initialised with MPI_THREAD_MULTIPLE); otherwise they are
+    /// non-blocking MPI-IO, which some MPI-IO layers only progress on wait.
+    threaded_reads: bool,
     index: SharedIndex,
     data: SharedWindow,
     page_size: u32,
@@ -256,7 +307,10 @@ impl Engine {
             (Some(r), Some(p)) => Some(MpiFile::open(r, &p, &options.hints)),
             _ => None,
         };
-        let file = agree_resource(&world, file.transpose())?;
+        let file = agree_resource(&world, file.transpose())?.map(Arc::new);
+        let threaded_reads = options.overlap
+            && options.collective
+            && ThreadLevel::current() == ThreadLevel::Multiple;
         let mut counters = Counters {
             file_opens: u64::from(file.is_some()),
             ..Default::default()
@@ -266,7 +320,7 @@ impl Engine {
             &world,
             &node,
             masters.as_ref(),
-            file.as_ref(),
+            file.as_deref(),
             options.subdb.as_deref(),
         )?;
         counters.index_bytes_read = built.io.bytes_read;
@@ -284,6 +338,7 @@ impl Engine {
         );
         Ok(Engine {
             pending: None,
+            threaded_reads,
             world,
             node,
             readers,
@@ -417,8 +472,7 @@ impl Engine {
             self.load_round(t)?;
         }
         if let Some(read) = self.pending.as_mut().and_then(|p| p.read.as_mut()) {
-            // Errors surface at the round's agreement through `wait`.
-            let _ = read.poll();
+            read.poll();
         }
         let round = self.round.as_ref().expect("round loaded above");
         let me = self.node.rank();
@@ -612,6 +666,17 @@ impl Engine {
         let phases = readers.size().div_ceil(group);
         let my_phase = readers.rank() / group;
         let mut result = Ok(());
+        if phases == 1 && self.threaded_reads {
+            let (file, runs, ptr) = (Arc::clone(file), runs.to_vec(), WindowPtr(buf));
+            round.read = Some(InFlight::Thread(Some(std::thread::spawn(move || {
+                let ptr = ptr;
+                // SAFETY: see WindowPtr; len bytes from ptr are this
+                // reader's range of the round's area.
+                let buf = unsafe { std::slice::from_raw_parts_mut(ptr.0, len) };
+                file.read_runs(&runs, buf, true)
+            }))));
+            return Ok(());
+        }
         for phase in 0..phases {
             let mine = phase == my_phase;
             let (runs_now, len_now) = if mine { (runs, len) } else { (&[][..], 0) };
@@ -619,7 +684,7 @@ impl Engine {
             // until the read completes (see above).
             let started = unsafe { file.start_read_runs(runs_now, buf, len_now, collective) };
             match started {
-                Ok(read) if phases == 1 => round.read = Some(read),
+                Ok(read) if phases == 1 => round.read = Some(InFlight::Mpi(Some(read))),
                 Ok(read) => {
                     let done = read.wait();
                     if let (Ok(n), true) = (&done, mine) {
