@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on built-in sample data, from a fresh Debian 12
 # machine: install what is needed, build, make a sample Caffe-style training
-# LMDB, read it with lmdbio and check it against liblmdb, and print the
-# index benchmark table.
+# LMDB, read it with lmdbio and check it against liblmdb, read it on 4 MPI
+# ranks with the engine, and print the index benchmark table.
 #
 # Environment: LMDBIO_DEMO_RECORDS (default 5000), LMDBIO_DEMO_DIR (default
 # target/demo).
@@ -35,5 +35,13 @@ else
   exit 1
 fi
 
+echo "== mpiexec: 4 ranks in 2 virtual nodes read it with the engine (check: every record once)"
+trace="$dir/trace"
+rm -rf "$trace"
+mpiexec.mpich -n 4 target/release/lmdbio bench --ranks-per-node 2 --batch 32 --trace "$trace" "$db"
+got=$(cat "$trace"/rank-*.tsv | sort | uniq | wc -l)
+total=$(cat "$trace"/rank-*.tsv | wc -l)
+echo "received $total records, $got distinct, of $(mdb_stat "$db" | awk '/Entries/ {print $2}')"
+
 echo "== benchmark: index build, lmdbio vs liblmdb cursor walk"
-LMDBIO_BENCH_RECORDS="$records" cargo bench -q -p lmdbio-benches --bench index_build
+LMDBIO_BENCH_RECORDS="${LMDBIO_DEMO_BENCH_RECORDS:-1000}" LMDBIO_BENCH_REPS=5 cargo bench -q -p lmdbio-benches --bench index_build
