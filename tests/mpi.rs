@@ -290,3 +290,172 @@ fn window_too_small_for_one_batch_fails_every_rank() {
     );
     assert_every_rank_fails(&out, 4, "too small for one batch");
 }
+
+/// Each rank's trace file, in rank order.
+fn traces_by_rank(dir: &Path, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|r| std::fs::read_to_string(dir.join(format!("rank-{r}.tsv"))).unwrap())
+        .collect()
+}
+
+fn bench_into(fx: &kit::Fixture, n: usize, trace: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["--trace", trace.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.push(fx.path.to_str().unwrap());
+    mpiexec(n, &args)
+}
+
+#[test]
+fn interrupted_and_resumed_run_equals_an_uninterrupted_one() {
+    let fx = kit::caffe_style(600, 4000, 73);
+    let dirs: Vec<kit::TempDir> = (0..3).map(|_| kit::TempDir::new().unwrap()).collect();
+    let cursor = dirs[0].path().join("cursor.bin");
+    let cursor = cursor.to_str().unwrap();
+    for (shuffle, partition) in [
+        (None, "contiguous"),
+        (Some("11"), "strided"),
+        (Some("12"), "round-robin"),
+    ] {
+        let mut common = vec![
+            "--batch",
+            "7",
+            "--epochs",
+            "3",
+            "--ranks-per-node",
+            "2",
+            "--partition",
+            partition,
+        ];
+        if let Some(seed) = shuffle {
+            common.extend_from_slice(&["--shuffle", seed, "--shuffle-chunk", "25"]);
+        }
+        let whole = dirs[0].path().join(format!("whole-{partition}"));
+        let first = dirs[1].path().join(format!("first-{partition}"));
+        let rest = dirs[2].path().join(format!("rest-{partition}"));
+        assert!(bench_into(&fx, 3, &whole, &common).status.success());
+        let mut stop = common.clone();
+        stop.extend_from_slice(&["--stop-after", "37", "--save-cursor", cursor]);
+        let out = bench_into(&fx, 3, &first, &stop);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut resume = common.clone();
+        resume.extend_from_slice(&["--resume", cursor]);
+        let out = bench_into(&fx, 3, &rest, &resume);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (a, b, c) = (
+            traces_by_rank(&whole, 3),
+            traces_by_rank(&first, 3),
+            traces_by_rank(&rest, 3),
+        );
+        for r in 0..3 {
+            assert!(!b[r].is_empty() && !c[r].is_empty());
+            assert!(
+                format!("{}{}", b[r], c[r]) == a[r],
+                "{partition}: rank {r} resumed differently"
+            );
+        }
+    }
+}
+
+#[test]
+fn shuffled_epochs_are_permutations_that_differ_and_repeat_with_the_seed() {
+    let fx = kit::inline_only(3000, 74);
+    let oracle = oracle_lines(&fx);
+    let runs: Vec<Vec<String>> = (0..2)
+        .map(|_| {
+            let dir = kit::TempDir::new().unwrap();
+            let out = bench_into(
+                &fx,
+                4,
+                dir.path(),
+                &[
+                    "--batch",
+                    "16",
+                    "--epochs",
+                    "2",
+                    "--shuffle",
+                    "99",
+                    "--shuffle-chunk",
+                    "40",
+                    "--tail",
+                    "short",
+                ],
+            );
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            traces_by_rank(dir.path(), 4)
+        })
+        .collect();
+    assert_eq!(
+        runs[0], runs[1],
+        "the same seed must give the same order on every rank"
+    );
+    let lines: Vec<&str> = runs[0].iter().flat_map(|t| t.lines()).collect();
+    let epoch = |e: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(e).map(str::to_owned))
+            .collect()
+    };
+    let (e0, e1) = (epoch("0 "), epoch("1 "));
+    for e in [&e0, &e1] {
+        let mut sorted = e.clone();
+        sorted.sort();
+        assert!(
+            sorted == oracle,
+            "a shuffled epoch is not a permutation of the database"
+        );
+    }
+    assert_ne!(e0, e1, "epochs should be shuffled differently");
+    let key_order: Vec<String> = oracle.clone();
+    assert_ne!(e0, key_order, "epoch 0 was not shuffled");
+}
+
+#[test]
+fn cursors_from_another_database_or_rank_count_are_refused() {
+    let a = kit::caffe_style(200, 3000, 75);
+    let b = kit::caffe_style(201, 3000, 76);
+    let dir = kit::TempDir::new().unwrap();
+    let cursor = dir.path().join("c.bin");
+    let cursor = cursor.to_str().unwrap();
+    let out = bench_into(
+        &a,
+        2,
+        &dir.path().join("t"),
+        &["--batch", "4", "--stop-after", "3", "--save-cursor", cursor],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bench_into(
+        &b,
+        2,
+        &dir.path().join("u"),
+        &["--batch", "4", "--resume", cursor],
+    );
+    assert_every_rank_fails(&out, 2, "another database");
+    let out = bench_into(
+        &a,
+        2,
+        &dir.path().join("v"),
+        &["--batch", "5", "--resume", cursor],
+    );
+    assert_every_rank_fails(&out, 2, "batch 4");
+    let out = mpiexec(
+        3,
+        &["--batch", "4", "--resume", cursor, a.path.to_str().unwrap()],
+    );
+    assert_every_rank_fails(&out, 3, "cursors of 2 ranks");
+}

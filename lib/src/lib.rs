@@ -35,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cursor;
 pub mod database;
 pub mod engine;
 pub mod error;
@@ -43,6 +44,7 @@ pub mod format;
 pub mod index;
 pub mod layout;
 pub mod mpi_raw;
+pub mod order;
 pub mod plan;
 pub mod schedule;
 pub mod source;

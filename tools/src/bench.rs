@@ -6,6 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use lmdbio::cursor::{Cursor, CURSOR_BYTES};
 use lmdbio::engine::{Engine, EngineOptions};
 use lmdbio::schedule::{Partition, Schedule, Tail};
 use lmdbio::CoalesceOptions;
@@ -52,6 +53,22 @@ pub struct Args {
     /// overlaps with computing.
     #[arg(long, value_name = "MS", default_value_t = 0.0)]
     compute_ms: f64,
+    /// Shuffle every epoch with this seed (chunks of ~4 MiB of values
+    /// permuted, records shuffled within windows of 4 chunks).
+    #[arg(long, value_name = "SEED")]
+    shuffle: Option<u64>,
+    /// Records per shuffled chunk (default: about 4 MiB of values).
+    #[arg(long, value_name = "RECORDS")]
+    shuffle_chunk: Option<u64>,
+    /// Stop after this many batches per rank (then --save-cursor).
+    #[arg(long, value_name = "BATCHES")]
+    stop_after: Option<u64>,
+    /// Write every rank's cursor to FILE when the run ends.
+    #[arg(long, value_name = "FILE")]
+    save_cursor: Option<PathBuf>,
+    /// Continue from the cursors in FILE (written by --save-cursor).
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
     /// Steps read ahead per round.
     #[arg(long, value_name = "N", default_value_t = 4)]
     prefetch: usize,
@@ -116,13 +133,43 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         return Err(CommandError::Usage("MPI was already initialised".into()));
     };
     let world = universe.world();
-    let options = engine_options(args)?;
+    let mut options = engine_options(args)?;
+    if let Some(path) = &args.resume {
+        let bytes = std::fs::read(path)?;
+        // Every rank reads the same file, so every rank reaches the same
+        // verdict here and none is left waiting in a collective call.
+        let saved = bytes.len() / CURSOR_BYTES;
+        if saved != world.size() as usize {
+            return Err(CommandError::Usage(format!(
+                "{}: holds cursors of {saved} ranks, this job has {} (re-partitioning to another rank count is not supported yet)",
+                path.display(),
+                world.size()
+            )));
+        }
+        let mine = bytes
+            .chunks(CURSOR_BYTES)
+            .nth(world.rank() as usize)
+            .ok_or_else(|| {
+                CommandError::Usage(format!(
+                    "{}: no cursor for rank {}",
+                    path.display(),
+                    world.rank()
+                ))
+            })?;
+        options.resume = Some(Cursor::decode(mine)?);
+    }
     let opened = Instant::now();
     // The steps this run takes follow from the schedule (which needs the
     // record count); telling the engine keeps it from reading past them.
     let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
-    let steps = steps_for_epochs(engine.schedule(), args.epochs);
+    let total = steps_for_epochs(engine.schedule(), args.epochs);
+    let first_step = engine.step();
+    let steps = match args.stop_after {
+        Some(k) => total.min(first_step + k),
+        None => total,
+    };
     engine.set_step_limit(steps);
+    let steps = steps.saturating_sub(first_step);
 
     let mut trace = match &args.trace {
         Some(dir) => {
@@ -170,6 +217,14 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     }
     if let Some(mut t) = trace {
         t.flush()?;
+    }
+    if let Some(path) = &args.save_cursor {
+        let mine = engine.cursor().encode();
+        let mut all = vec![0u8; mine.len() * world.size() as usize];
+        world.all_gather_into(&mine[..], &mut all[..]);
+        if world.rank() == 0 {
+            std::fs::write(path, &all)?;
+        }
     }
     let elapsed = opened.elapsed().as_secs_f64();
     std::hint::black_box(checksum);
@@ -258,6 +313,10 @@ fn engine_options(args: &Args) -> Result<EngineOptions, CommandError> {
         hints,
         overlap: !args.no_overlap,
         step_limit: None,
+        shuffle_seed: args.shuffle,
+        shuffle_chunk: args.shuffle_chunk,
+        shuffle_window_chunks: 4,
+        resume: None,
     })
 }
 

@@ -26,7 +26,7 @@ enum Command {
     /// Print a database exactly as `mdb_dump` does.
     Dump(dump::Args),
     /// Read a database on every rank of an mpiexec job and report speed.
-    Bench(bench::Args),
+    Bench(Box<bench::Args>),
 }
 
 fn main() -> ExitCode {

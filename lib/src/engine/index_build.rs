@@ -14,6 +14,8 @@ use crate::source::{IoSnapshot, ReadAt};
 pub(crate) struct BuiltIndex {
     pub index: SharedIndex,
     pub page_size: u32,
+    /// Transaction id of the meta page read (identifies the snapshot).
+    pub txnid: u64,
     /// Reads this rank made for the index.
     pub io: IoSnapshot,
 }
@@ -44,7 +46,7 @@ pub(crate) fn build(
     let parsed = agree_ok(world, local(|| parse_share(masters, opened)))?;
 
     // Phase 3: sizes to everyone, then the node's shared copy.
-    let mut sizes = [0i64; 3];
+    let mut sizes = [0i64; 4];
     let mut counts = Vec::new();
     if let (Some(m), Some(state)) = (masters, &parsed) {
         let all = m.allgather_i64(&[
@@ -59,11 +61,13 @@ pub(crate) fn build(
             counts.iter().map(|c| c.0).sum::<u64>() as i64,
             counts.iter().map(|c| c.1).sum::<u64>() as i64,
             state.db.page_size() as i64,
+            state.db.meta().mm_txnid as i64,
         ];
     }
     // World rank 0 is node rank 0 of its node, hence a master.
     world.bcast_i64(0, &mut sizes)?;
     let (records, key_bytes, page_size) = (sizes[0] as usize, sizes[1] as usize, sizes[2] as u32);
+    let txnid = sizes[3] as u64;
     let index = agree_resource(world, SharedIndex::allocate(node, records, key_bytes))?;
 
     let mut index = index;
@@ -81,6 +85,7 @@ pub(crate) fn build(
     Ok(BuiltIndex {
         index,
         page_size,
+        txnid,
         io,
     })
 }

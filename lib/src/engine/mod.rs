@@ -31,10 +31,12 @@ use std::time::Instant;
 use agree::{agree, agree_ok, agree_resource};
 use shared_index::SharedIndex;
 
+use crate::cursor::{Cursor, DatabaseIdentity};
 use crate::database::data_file_path;
 use crate::error::{Error, Result};
 use crate::format::PAGEHDRSZ;
 use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, SharedWindow, ThreadLevel};
+use crate::order::{EpochOrder, Shuffle};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
 use crate::schedule::{Partition, Schedule, Tail};
 use crate::values::overflow_header_problem;
@@ -66,6 +68,15 @@ pub struct EngineOptions {
     pub collective: bool,
     /// MPI-IO hints passed at open (e.g. `romio_cb_read=disable`).
     pub hints: Vec<(String, String)>,
+    /// Shuffle every epoch with this seed (see [`crate::order`]).
+    pub shuffle_seed: Option<u64>,
+    /// Records per shuffled chunk; `None`: about 4 MiB of values.
+    pub shuffle_chunk: Option<u64>,
+    /// Chunks per shuffling window.
+    pub shuffle_window_chunks: u64,
+    /// Continue from this rank's cursor, taken by a job with the same rank
+    /// count, order options and database.
+    pub resume: Option<Cursor>,
     /// The caller will take at most this many steps: nothing past them is
     /// read ahead, and asking for more is an error. `None`: unbounded.
     pub step_limit: Option<u64>,
@@ -91,6 +102,10 @@ impl Default for EngineOptions {
             hints: Vec::new(),
             overlap: true,
             step_limit: None,
+            shuffle_seed: None,
+            shuffle_chunk: None,
+            shuffle_window_chunks: 4,
+            resume: None,
         }
     }
 }
@@ -258,6 +273,8 @@ pub struct Engine {
     data: SharedWindow,
     page_size: u32,
     schedule: Schedule,
+    order: EpochOrder,
+    database: DatabaseIdentity,
     /// World ranks of this node's members, in node order.
     members: Vec<u64>,
     options: EngineOptions,
@@ -329,13 +346,38 @@ impl Engine {
         counters.read_requests += built.io.read_requests;
 
         let data = agree_resource(&world, SharedWindow::allocate(&node, options.window_bytes))?;
+        let records = built.index.len() as u64;
         let schedule = Schedule::new(
-            built.index.len() as u64,
+            records,
             world.size() as u64,
             options.batch as u64,
             options.partition,
             options.tail,
         );
+        let shuffle = options.shuffle_seed.map(|seed| {
+            let value_bytes = built
+                .index
+                .entries()
+                .iter()
+                .map(|e| e.value_len as u64)
+                .sum();
+            let sized = Shuffle::with_default_sizes(seed, records, value_bytes);
+            Shuffle {
+                chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
+                window_chunks: options.shuffle_window_chunks,
+                ..sized
+            }
+        });
+        let order = EpochOrder::new(records, shuffle);
+        let database = DatabaseIdentity {
+            entries: records,
+            txnid: built.txnid,
+            page_size: built.page_size,
+        };
+        let step = agree_ok(
+            &world,
+            resume_step(&options, &schedule, shuffle, database, world.rank()),
+        )?;
         Ok(Engine {
             pending: None,
             threaded_reads,
@@ -348,9 +390,11 @@ impl Engine {
             data,
             page_size: built.page_size,
             schedule,
+            order,
+            database,
             members,
             options,
-            step: 0,
+            step,
             round: None,
             batch: Vec::new(),
             last_epoch: 0,
@@ -394,6 +438,28 @@ impl Engine {
     /// limit before its next `next_batch`.
     pub fn set_step_limit(&mut self, limit: u64) {
         self.options.step_limit = Some(limit);
+    }
+
+    /// This rank's position: everything needed to resume exactly here.
+    pub fn cursor(&self) -> Cursor {
+        let next = self
+            .schedule
+            .batch_slots(self.world.rank() as u64, self.step);
+        let (epoch, position) = next
+            .first()
+            .map_or((self.last_epoch, 0), |s| (s.epoch, s.position));
+        Cursor {
+            rank: self.world.rank() as u32,
+            ranks: self.world.size() as u32,
+            partition: self.schedule.partition,
+            tail: self.schedule.tail,
+            batch: self.schedule.batch,
+            shuffle: self.order.shuffle(),
+            step: self.step,
+            epoch,
+            position,
+            database: self.database,
+        }
     }
 
     /// The next step to be delivered.
@@ -484,8 +550,9 @@ impl Engine {
         let mut delivered = 0u64;
         let world_rank = self.world.rank() as u64;
         let batch = &mut self.batch;
+        let order = &self.order;
         self.schedule.for_each_slot(world_rank, t, |slot| {
-            let ordinal = slot.position;
+            let ordinal = order.ordinal(slot.epoch, slot.position);
             let e = &entries[ordinal as usize];
             let (at, _) = places[n];
             let header = if e.is_overflow() { PAGEHDRSZ as u64 } else { 0 };
@@ -516,11 +583,12 @@ impl Engine {
         for s in 0..k {
             for (m, &rank) in self.members.iter().enumerate() {
                 self.schedule.for_each_slot(rank, first + s, |slot| {
-                    spans.push(entries[slot.position as usize].span());
+                    let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
+                    spans.push(entries[ordinal].span());
                     owners.push(SpanOwner {
                         step: s as usize,
                         member: m,
-                        ordinal: slot.position as usize,
+                        ordinal,
                     });
                 });
             }
@@ -778,6 +846,50 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The step to start from: 0, or a validated cursor's.
+fn resume_step(
+    options: &EngineOptions,
+    schedule: &Schedule,
+    shuffle: Option<Shuffle>,
+    database: DatabaseIdentity,
+    rank: usize,
+) -> Result<u64> {
+    let Some(c) = &options.resume else {
+        return Ok(0);
+    };
+    c.check_database(database)?;
+    let mismatch = |what: String| {
+        Err(Error::InvalidArgument(format!(
+            "the cursor cannot resume this job: {what}"
+        )))
+    };
+    if c.ranks as u64 != schedule.ranks {
+        return mismatch(format!(
+            "it was taken on {} ranks and this job has {} (re-partitioning is not supported yet)",
+            c.ranks, schedule.ranks
+        ));
+    }
+    if c.rank as usize != rank {
+        return mismatch(format!(
+            "it belongs to rank {} and was given to rank {rank}",
+            c.rank
+        ));
+    }
+    if (c.batch, c.partition, c.tail) != (schedule.batch, schedule.partition, schedule.tail) {
+        return mismatch(format!(
+            "it was taken with batch {} {:?} {:?}, this job uses batch {} {:?} {:?}",
+            c.batch, c.partition, c.tail, schedule.batch, schedule.partition, schedule.tail
+        ));
+    }
+    if c.shuffle != shuffle {
+        return mismatch(format!(
+            "it was taken with shuffle {:?}, this job uses {:?}",
+            c.shuffle, shuffle
+        ));
+    }
+    Ok(c.step)
 }
 
 fn check_options(o: &EngineOptions) -> Result<()> {
