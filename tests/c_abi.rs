@@ -18,8 +18,11 @@ fn workspace() -> PathBuf {
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().to_owned(); // target/<profile>
+                                                                  // Into the target directory this test was built in (which may be a
+                                                                  // second one, for another MPI), with the same MPICC.
     let status = Command::new(env!("CARGO"))
         .args(["build", "-q", "-p", "lmdbio", "--lib"])
+        .env("CARGO_TARGET_DIR", dir.parent().unwrap())
         .current_dir(workspace())
         .status()
         .expect("run cargo build for the cdylib");

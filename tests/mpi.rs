@@ -241,12 +241,23 @@ fn only_readers_open_the_file_and_each_byte_is_read_once() {
 fn assert_every_rank_fails(out: &Output, n: usize, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "expected failure; stderr: {stderr}");
-    // Ranks' lines may interleave: count the message, not lines.
+    // Ranks' lines may interleave: count the message, not lines. Open MPI's
+    // launcher stops the other ranks as soon as one exits with an error, so
+    // there only the first report is sure to be seen; that no rank hung is
+    // checked by the time limit either way.
     let reports = stderr.matches(needle).count();
-    assert_eq!(
-        reports, n,
-        "every rank should report {needle:?}; stderr:\n{stderr}"
-    );
+    let launcher = std::env::var("LMDBIO_MPIEXEC").unwrap_or_default();
+    if launcher.contains("openmpi") {
+        assert!(
+            reports >= 1,
+            "no rank reported {needle:?}; stderr:\n{stderr}"
+        );
+    } else {
+        assert_eq!(
+            reports, n,
+            "every rank should report {needle:?}; stderr:\n{stderr}"
+        );
+    }
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
