@@ -107,6 +107,13 @@ int lmdbio_options_set_collective(lmdbio_options *options, int collective);
 /* Nonzero (default): read the next round with non-blocking MPI-IO into the
  * other half of the window while the ranks work on the current one. */
 int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
+/* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
+ * values per chunk. Every rank computes the same order. */
+int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t chunk_records);
+/* Resume from a cursor written by lmdbio_cursor_get on the same rank of a
+ * job with the same rank count, order options and database (refused
+ * otherwise at lmdbio_open). The bytes are copied. */
+int lmdbio_options_set_resume(lmdbio_options *options, const void *cursor, size_t len);
 /* An MPI-IO hint passed to MPI_File_open, e.g. ("romio_cb_read", "disable"). */
 int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char *value);
 
@@ -118,6 +125,11 @@ int lmdbio_next_batch(lmdbio_engine *engine, lmdbio_batch *out);
 int lmdbio_record_count(const lmdbio_engine *engine, uint64_t *out);
 /* Any out pointer may be NULL. */
 int lmdbio_rank_info(const lmdbio_engine *engine, int *rank, int *ranks, int *node_rank, int *node_size);
+/* Size of an encoded cursor. */
+#define LMDBIO_CURSOR_BYTES 104
+/* Writes this rank's cursor (its position after the batches delivered so
+ * far) into buf, which holds len >= LMDBIO_CURSOR_BYTES bytes. Local. */
+int lmdbio_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, size_t *out_len);
 int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
 /* COLLECTIVE over the node: sums of the node's counters. */
 int lmdbio_node_counters(const lmdbio_engine *engine, lmdbio_counters *out);

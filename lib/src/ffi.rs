@@ -14,6 +14,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
+use crate::cursor::Cursor;
 use crate::engine::{Counters, Engine, EngineOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::RawComm;
@@ -368,6 +369,67 @@ pub unsafe extern "C" fn lmdbio_options_set_hint(
             Ok(())
         })
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_shuffle(
+    options: *mut lmdbio_options,
+    seed: u64,
+    chunk_records: u64,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            o.shuffle_seed = Some(seed);
+            o.shuffle_chunk = (chunk_records > 0).then_some(chunk_records);
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_resume(
+    options: *mut lmdbio_options,
+    cursor: *const u8,
+    len: usize,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            if cursor.is_null() {
+                return Err(null("cursor"));
+            }
+            // SAFETY: the caller passes len readable bytes.
+            let bytes = std::slice::from_raw_parts(cursor, len);
+            o.resume = Some(Cursor::decode(bytes)?);
+            Ok(())
+        })
+    }
+}
+
+/// Writes this rank's cursor (local).
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_cursor_get(
+    engine: *const lmdbio_engine,
+    buf: *mut u8,
+    len: usize,
+    out_len: *mut usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let bytes = e.engine.cursor().encode();
+        if buf.is_null() || len < bytes.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the cursor needs {} bytes (LMDBIO_CURSOR_BYTES)",
+                bytes.len()
+            )));
+        }
+        // SAFETY: buf holds at least len >= bytes.len() writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+        if let Some(out) = unsafe { out_len.as_mut() } {
+            *out = bytes.len();
+        }
+        Ok(())
+    })
 }
 
 /// Collective over `comm`.
