@@ -2,10 +2,12 @@
 //!
 //! Without a seed, position p is record p (key order). With a seed, epoch e
 //! is a permutation computed identically on every rank from (seed, e) alone:
-//! contiguous chunks of `chunk` records are permuted, then records are
-//! shuffled within windows of `window_chunks` consecutive chunks of that
-//! permuted sequence. Reads stay large (a window is a few chunks of
-//! neighbouring records) while every record can land anywhere in the epoch.
+//! contiguous chunks of `chunk` records are permuted, then each window of
+//! `window_chunks` consecutive chunks of that sequence is interleaved: its
+//! chunks are dealt one record each per layer, and every layer is shuffled.
+//! A batch therefore mixes records of every chunk in its window, while the
+//! records read together come from short contiguous pieces of those chunks,
+//! so reads stay large. Every record can land anywhere in the epoch.
 //! Any epoch can be recomputed after a restore; nothing is communicated.
 
 use std::cell::RefCell;
@@ -21,13 +23,13 @@ pub struct Shuffle {
 }
 
 impl Shuffle {
-    /// A chunk of about 4 MiB of values, four chunks per window.
+    /// A chunk of about 4 MiB of values, sixteen chunks per window.
     pub fn with_default_sizes(seed: u64, records: u64, value_bytes: u64) -> Shuffle {
         let mean = value_bytes.checked_div(records).unwrap_or(1).max(1);
         Shuffle {
             seed,
             chunk: ((4u64 << 20) / mean).max(1),
-            window_chunks: 4,
+            window_chunks: 16,
         }
     }
 }
@@ -113,8 +115,16 @@ impl EpochOrder {
         let inner = match windows.iter().position(|(k, _)| *k == (epoch, window)) {
             Some(i) => &windows[i].1,
             None => {
-                let mut p: Vec<u32> = (0..(w_end - w_start) as u32).collect();
-                shuffle_in_place(&mut p, &mut SplitMix::new(mix3(s.seed, epoch, window)));
+                let lens: Vec<u64> = (first..end)
+                    .map(|i| {
+                        if i + 1 == end {
+                            w_end - w_start - (start_of(i) - w_start)
+                        } else {
+                            start_of(i + 1) - start_of(i)
+                        }
+                    })
+                    .collect();
+                let p = interleave(&lens, &mut SplitMix::new(mix3(s.seed, epoch, window)));
                 if windows.len() == CACHED_WINDOWS {
                     windows.remove(0);
                 }
@@ -127,6 +137,45 @@ impl EpochOrder {
         perm[i as usize] * s.chunk + (q - start_of(i))
     }
 }
+
+/// The in-window order: the window's chunks (of `lens` records, laid out
+/// back to back) are dealt in layers, one record of each chunk per layer,
+/// and small groups of layers are shuffled. Consecutive positions thus mix records of
+/// every chunk in the window, while the positions a reader fetches together
+/// map to a short contiguous piece of each chunk, so reads stay large.
+fn interleave(lens: &[u64], rng: &mut SplitMix) -> Vec<u32> {
+    let starts: Vec<u64> = lens
+        .iter()
+        .scan(0u64, |at, &l| {
+            let s = *at;
+            *at += l;
+            Some(s)
+        })
+        .collect();
+    let total: u64 = lens.iter().sum();
+    let mut out = Vec::with_capacity(total as usize);
+    let deepest = lens.iter().copied().max().unwrap_or(0);
+    // Shuffle groups of layers holding about MIX_GROUP records, so a window
+    // of few chunks still mixes well; a group spans few layers, so what a
+    // reader fetches together stays a contiguous piece of each chunk.
+    let layers_per_group = MIX_GROUP.div_ceil(lens.len().max(1) as u64).max(1);
+    let mut group_start = 0;
+    for depth in 0..deepest {
+        for (j, &l) in lens.iter().enumerate() {
+            if depth < l {
+                out.push((starts[j] + depth) as u32);
+            }
+        }
+        if (depth + 1) % layers_per_group == 0 || depth + 1 == deepest {
+            shuffle_in_place(&mut out[group_start..], rng);
+            group_start = out.len();
+        }
+    }
+    out
+}
+
+/// Records shuffled together inside a window (see `interleave`).
+const MIX_GROUP: u64 = 64;
 
 /// SplitMix64: tiny, fast, and the same on every platform.
 struct SplitMix(u64);

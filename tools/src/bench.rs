@@ -54,12 +54,15 @@ pub struct Args {
     #[arg(long, value_name = "MS", default_value_t = 0.0)]
     compute_ms: f64,
     /// Shuffle every epoch with this seed (chunks of ~4 MiB of values
-    /// permuted, records shuffled within windows of 4 chunks).
+    /// permuted, then interleaved within windows of 16 chunks).
     #[arg(long, value_name = "SEED")]
     shuffle: Option<u64>,
     /// Records per shuffled chunk (default: about 4 MiB of values).
     #[arg(long, value_name = "RECORDS")]
     shuffle_chunk: Option<u64>,
+    /// Chunks per shuffling window.
+    #[arg(long, value_name = "CHUNKS", default_value_t = 16)]
+    shuffle_window: u64,
     /// Stop after this many batches per rank (then --save-cursor).
     #[arg(long, value_name = "BATCHES")]
     stop_after: Option<u64>,
@@ -315,7 +318,7 @@ fn engine_options(args: &Args) -> Result<EngineOptions, CommandError> {
         step_limit: None,
         shuffle_seed: args.shuffle,
         shuffle_chunk: args.shuffle_chunk,
-        shuffle_window_chunks: 4,
+        shuffle_window_chunks: args.shuffle_window,
         resume: None,
     })
 }
