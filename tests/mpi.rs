@@ -470,3 +470,79 @@ fn cursors_from_another_database_or_rank_count_are_refused() {
     );
     assert_every_rank_fails(&out, 3, "cursors of 2 ranks");
 }
+
+#[test]
+fn every_method_delivers_the_database_and_reports_the_required_fields() {
+    let fx = kit::caffe_style(500, 6000, 77);
+    let oracle = oracle_lines(&fx);
+    let dir = kit::TempDir::new().unwrap();
+    let json = dir.path().join("runs.json");
+    let trace = dir.path().join("trace");
+    let out = mpiexec(
+        4,
+        &[
+            "--ranks-per-node",
+            "2",
+            "--batch",
+            "9",
+            "--cold",
+            "--method",
+            "raw",
+            "--method",
+            "raw-node",
+            "--method",
+            "lmdb-skip",
+            "--method",
+            "lmdb-walk",
+            "--method",
+            "lmdbio",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+            fx.path.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for method in ["lmdb-skip", "lmdb-walk", "lmdbio"] {
+        assert!(
+            traced_lines(&trace.join(method)) == oracle,
+            "{method} differs from liblmdb"
+        );
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 5);
+    for run in runs {
+        for key in [
+            "method",
+            "ranks",
+            "ranks_per_node",
+            "mb_per_s",
+            "records_per_s",
+            "time_to_first_batch_s",
+            "bytes_read_per_node",
+            "read_requests_per_node",
+            "file_opens_per_node",
+            "ratio_to_raw",
+            "ratio_to_lmdb_skip",
+            "major_faults_per_rank",
+            "peak_rss_mib_per_rank",
+        ] {
+            assert!(!run[key].is_null(), "{} lacks {key}", run["method"]);
+        }
+        assert_eq!(run["ranks"].as_u64(), Some(4));
+    }
+    let opens = |m: &str| {
+        runs.iter().find(|r| r["method"] == m).unwrap()["file_opens_per_node"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(opens("lmdbio"), 1.0);
+    assert_eq!(opens("lmdb-skip"), 2.0);
+    assert_eq!(opens("raw-node"), 1.0);
+}

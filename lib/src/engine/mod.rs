@@ -346,7 +346,8 @@ impl Engine {
         counters.bytes_read += built.io.bytes_read;
         counters.read_requests += built.io.read_requests;
 
-        let data = agree_resource(&world, SharedWindow::allocate(&node, options.window_bytes))?;
+        let window = window_size(&options, node.size(), built.index.entries());
+        let data = agree_resource(&world, SharedWindow::allocate(&node, window))?;
         let records = built.index.len() as u64;
         let schedule = Schedule::new(
             records,
@@ -869,6 +870,27 @@ fn effective_hints(user: &[(String, String)]) -> Vec<(String, String)> {
         .collect();
     hints.extend(user.iter().cloned());
     hints
+}
+
+/// The shared window to allocate: `window_bytes`, or less when even the
+/// largest possible rounds need less (creating and mapping a large shared
+/// segment costs time at open). A round holds at most `prefetch` steps of
+/// every rank on the node, each record taking at most its span plus one
+/// bridged gap; with overlap two rounds are held at once.
+fn window_size(
+    o: &EngineOptions,
+    node_ranks: usize,
+    entries: &[crate::index::RecordEntry],
+) -> usize {
+    let largest = entries.iter().map(|e| e.span().1).max().unwrap_or(0);
+    let per_record = largest.saturating_add(o.coalesce.max_gap);
+    let rounds = if o.overlap { 2 } else { 1 };
+    let need = per_record
+        .saturating_mul(o.batch as u64)
+        .saturating_mul(node_ranks as u64)
+        .saturating_mul(o.prefetch as u64)
+        .saturating_mul(rounds);
+    o.window_bytes.min(need.max(1 << 20) as usize)
 }
 
 /// The step to start from: 0, or a validated cursor's.

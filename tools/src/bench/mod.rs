@@ -1,24 +1,63 @@
-//! `mpiexec -n P lmdbio bench`: reads a database on P ranks and reports
-//! throughput, I/O counts and (with `--trace`) every record each rank got.
+//! `mpiexec -n P lmdbio bench`: reads a database on P ranks with one or
+//! more methods in one invocation (lmdbio's engine, liblmdb's cursor as
+//! Caffe uses it, and the storage limit) and reports throughput, I/O counts
+//! and (with `--trace`) every record each rank got.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+mod engine_method;
+mod lmdb_methods;
+mod raw;
+mod report;
+mod sys;
+
 use std::path::PathBuf;
-use std::time::Instant;
 
-use lmdbio::cursor::{Cursor, CURSOR_BYTES};
-use lmdbio::engine::{Engine, EngineOptions};
+use lmdbio::engine::EngineOptions;
 use lmdbio::schedule::{Partition, Schedule, Tail};
 use lmdbio::CoalesceOptions;
-use mpi::collective::SystemOperation;
 use mpi::traits::*;
-use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::CommandError;
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// lmdbio's engine.
+    Lmdbio,
+    /// liblmdb's mmap cursor, every rank scanning everything and keeping
+    /// records i % P == rank (Caffe's multi-GPU Data layer).
+    LmdbSkip,
+    /// liblmdb's mmap cursor, every rank walking to its contiguous block
+    /// and reading only that.
+    LmdbWalk,
+    /// The storage limit: the file in P equal parts, each read by one rank
+    /// with large sequential preads.
+    Raw,
+    /// The same with one reader per node.
+    RawNode,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Lmdbio => "lmdbio",
+            Method::LmdbSkip => "lmdb-skip",
+            Method::LmdbWalk => "lmdb-walk",
+            Method::Raw => "raw",
+            Method::RawNode => "raw-node",
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct Args {
+    /// Method to run (repeatable; run one after another on the same data).
+    #[arg(long = "method", value_enum)]
+    methods: Vec<Method>,
+    /// Drop the data file from the page cache before each method.
+    #[arg(long)]
+    cold: bool,
+    /// A line on stderr (rank 0) as each method finishes.
+    #[arg(long)]
+    progress: bool,
     /// Named database instead of the main one.
     #[arg(short = 's', value_name = "NAME")]
     subdb: Option<String>,
@@ -109,26 +148,6 @@ enum TailArg {
     Short,
 }
 
-#[derive(Serialize)]
-struct Run {
-    method: &'static str,
-    ranks: usize,
-    ranks_per_node: usize,
-    nodes: usize,
-    records: u64,
-    epochs: u64,
-    steps: u64,
-    mb_per_s: f64,
-    records_per_s: f64,
-    time_to_first_batch_s: f64,
-    seconds: f64,
-    bytes_delivered: u64,
-    bytes_read_per_node: f64,
-    read_requests_per_node: f64,
-    file_opens_per_node: f64,
-    index_pages_bytes_per_node: f64,
-}
-
 pub fn run(args: &Args) -> Result<(), CommandError> {
     // MPI_THREAD_MULTIPLE lets the engine overlap collective reads with
     // the ranks' work on a helper thread.
@@ -136,152 +155,67 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         return Err(CommandError::Usage("MPI was already initialised".into()));
     };
     let world = universe.world();
-    let mut options = engine_options(args)?;
-    if let Some(path) = &args.resume {
-        let bytes = std::fs::read(path)?;
-        // Every rank reads the same file, so every rank reaches the same
-        // verdict here and none is left waiting in a collective call.
-        let saved = bytes.len() / CURSOR_BYTES;
-        if saved != world.size() as usize {
-            return Err(CommandError::Usage(format!(
-                "{}: holds cursors of {saved} ranks, this job has {} (re-partitioning to another rank count is not supported yet)",
-                path.display(),
-                world.size()
-            )));
-        }
-        let mine = bytes
-            .chunks(CURSOR_BYTES)
-            .nth(world.rank() as usize)
-            .ok_or_else(|| {
-                CommandError::Usage(format!(
-                    "{}: no cursor for rank {}",
-                    path.display(),
-                    world.rank()
-                ))
-            })?;
-        options.resume = Some(Cursor::decode(mine)?);
-    }
-    let opened = Instant::now();
-    // The steps this run takes follow from the schedule (which needs the
-    // record count); telling the engine keeps it from reading past them.
-    let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
-    let total = steps_for_epochs(engine.schedule(), args.epochs);
-    let first_step = engine.step();
-    let steps = match args.stop_after {
-        Some(k) => total.min(first_step + k),
-        None => total,
+    let methods = if args.methods.is_empty() {
+        vec![Method::Lmdbio]
+    } else {
+        args.methods.clone()
     };
-    engine.set_step_limit(steps);
-    let steps = steps.saturating_sub(first_step);
-
-    let mut trace = match &args.trace {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            Some(BufWriter::new(File::create(
-                dir.join(format!("rank-{}.tsv", engine.rank())),
-            )?))
-        }
-        None => None,
-    };
-    let mut checksum = 0u64;
-    let mut first_batch = None;
-    let mut delivered = 0u64;
-    let mut records = 0u64;
-    for _ in 0..steps {
-        let batch = engine.next_batch()?;
-        for (i, rec) in batch.records().iter().enumerate() {
-            let value = batch.value(i);
-            // Touch every byte so no method wins by not reading.
-            checksum = value
-                .iter()
-                .fold(checksum, |h, &b| h.rotate_left(5) ^ b as u64);
-            if rec.epoch >= args.epochs {
-                continue;
+    let ctx = report::Context::new(&world, args.ranks_per_node);
+    let mut runs = Vec::new();
+    for (n, &method) in methods.iter().enumerate() {
+        let cache = if args.cold {
+            Some(sys::drop_cache(&args.db, &ctx)?)
+        } else {
+            None
+        };
+        let trace_dir = args.trace.as_ref().map(|d| {
+            if methods.len() > 1 {
+                d.join(method.name())
+            } else {
+                d.clone()
             }
-            delivered += value.len() as u64;
-            records += 1;
-            if let Some(t) = trace.as_mut() {
-                if args.epochs > 1 {
-                    write!(t, "{} ", rec.epoch)?;
-                }
-                writeln!(
-                    t,
-                    "{} {} {}",
-                    hex(batch.key(i)),
-                    value.len(),
-                    hex(&Sha256::digest(value))
-                )?;
+        });
+        let before = sys::ProcessCounters::now();
+        let m = match method {
+            Method::Lmdbio => engine_method::run(args, &world, trace_dir.as_deref())?,
+            Method::LmdbSkip => {
+                lmdb_methods::run(args, &world, trace_dir.as_deref(), lmdb_methods::Walk::Skip)?
             }
-        }
-        first_batch.get_or_insert_with(|| opened.elapsed().as_secs_f64());
-        if args.compute_ms > 0.0 {
-            std::thread::sleep(std::time::Duration::from_secs_f64(args.compute_ms / 1e3));
+            Method::LmdbWalk => lmdb_methods::run(
+                args,
+                &world,
+                trace_dir.as_deref(),
+                lmdb_methods::Walk::OwnBlock,
+            )?,
+            Method::Raw => raw::run(args, &ctx, raw::Readers::EveryRank)?,
+            Method::RawNode => raw::run(args, &ctx, raw::Readers::OnePerNode)?,
+        };
+        let process = sys::ProcessCounters::now().since(before);
+        runs.push(ctx.summarise(method.name(), args.epochs, &m, process, cache));
+        if world.rank() == 0 && args.progress {
+            eprintln!(
+                "bench: {} of {} methods done ({})",
+                n + 1,
+                methods.len(),
+                method.name()
+            );
         }
     }
-    if let Some(mut t) = trace {
-        t.flush()?;
-    }
-    if let Some(path) = &args.save_cursor {
-        let mine = engine.cursor().encode();
-        let mut all = vec![0u8; mine.len() * world.size() as usize];
-        world.all_gather_into(&mine[..], &mut all[..]);
-        if world.rank() == 0 {
-            std::fs::write(path, &all)?;
-        }
-    }
-    let elapsed = opened.elapsed().as_secs_f64();
-    std::hint::black_box(checksum);
-
-    let node = engine.node_counters()?;
-    let is_master = engine.node_rank() == 0;
-    let sum = |v: f64| {
-        let mut out = 0.0;
-        world.all_reduce_into(&v, &mut out, SystemOperation::sum());
-        out
-    };
-    let max = |v: f64| {
-        let mut out = 0.0;
-        world.all_reduce_into(&v, &mut out, SystemOperation::max());
-        out
-    };
-    let nodes = sum(if is_master { 1.0 } else { 0.0 });
-    let master = |v: u64| if is_master { v as f64 } else { 0.0 };
-    let total_bytes = sum(delivered as f64);
-    let total_records = sum(records as f64);
-    let seconds = max(elapsed);
-    let run = Run {
-        method: "lmdbio",
-        ranks: engine.ranks(),
-        ranks_per_node: engine.node_size(),
-        nodes: nodes as usize,
-        records: engine.records(),
-        epochs: args.epochs,
-        steps,
-        mb_per_s: total_bytes / 1e6 / seconds,
-        records_per_s: total_records / seconds,
-        time_to_first_batch_s: max(first_batch.unwrap_or(0.0)),
-        seconds,
-        bytes_delivered: total_bytes as u64,
-        bytes_read_per_node: sum(master(node.bytes_read)) / nodes,
-        read_requests_per_node: sum(master(node.read_requests)) / nodes,
-        file_opens_per_node: sum(master(node.file_opens)) / nodes,
-        index_pages_bytes_per_node: sum(master(node.index_bytes_read)) / nodes,
-    };
+    report::add_ratios(&mut runs);
     if world.rank() == 0 {
-        print_table(&run);
+        report::print_table(&runs);
         if let Some(path) = &args.json {
-            let doc = serde_json::json!({ "runs": [run] });
+            let doc = serde_json::json!({ "runs": runs });
             std::fs::write(
                 path,
                 serde_json::to_vec_pretty(&doc).map_err(std::io::Error::other)?,
             )?;
         }
     }
-    drop(engine);
     Ok(())
 }
 
-fn engine_options(args: &Args) -> Result<EngineOptions, CommandError> {
+pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError> {
     let hints = args
         .hints
         .iter()
@@ -325,7 +259,7 @@ fn engine_options(args: &Args) -> Result<EngineOptions, CommandError> {
 
 /// Steps every rank must take so that every record of epochs `0..epochs`
 /// reaches its rank (collective calls: all ranks take the same number).
-fn steps_for_epochs(s: &Schedule, epochs: u64) -> u64 {
+pub(crate) fn steps_for_epochs(s: &Schedule, epochs: u64) -> u64 {
     if s.records == 0 {
         return epochs;
     }
@@ -355,7 +289,7 @@ fn steps_for_epochs(s: &Schedule, epochs: u64) -> u64 {
         .unwrap_or(0)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for &b in bytes {
@@ -363,32 +297,4 @@ fn hex(bytes: &[u8]) -> String {
         s.push(HEX[(b & 15) as usize] as char);
     }
     s
-}
-
-fn print_table(r: &Run) {
-    let mib = |b: f64| b / (1 << 20) as f64;
-    println!(
-        "{:<8} {:>5} {:>5} {:>9} {:>11} {:>9} {:>12} {:>10} {:>6}",
-        "method",
-        "ranks",
-        "/node",
-        "MB/s",
-        "records/s",
-        "first(s)",
-        "read/node",
-        "req/node",
-        "opens"
-    );
-    println!(
-        "{:<8} {:>5} {:>5} {:>9.1} {:>11.0} {:>9.3} {:>9.1}MiB {:>10.0} {:>6.0}",
-        r.method,
-        r.ranks,
-        r.ranks_per_node,
-        r.mb_per_s,
-        r.records_per_s,
-        r.time_to_first_batch_s,
-        mib(r.bytes_read_per_node),
-        r.read_requests_per_node,
-        r.file_opens_per_node
-    );
 }

@@ -1,0 +1,113 @@
+//! The `lmdbio` method: the engine, as a training job would drive it.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::time::Instant;
+
+use lmdbio::cursor::{Cursor, CURSOR_BYTES};
+use lmdbio::engine::Engine;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use sha2::{Digest, Sha256};
+
+use super::report::Measurement;
+use super::{engine_options, hex, steps_for_epochs, Args};
+use crate::CommandError;
+
+pub fn run(
+    args: &Args,
+    world: &SimpleCommunicator,
+    trace_dir: Option<&Path>,
+) -> Result<Measurement, CommandError> {
+    let mut options = engine_options(args)?;
+    if let Some(path) = &args.resume {
+        let bytes = std::fs::read(path)?;
+        // Every rank reads the same file, so every rank reaches the same
+        // verdict here and none is left waiting in a collective call.
+        let saved = bytes.len() / CURSOR_BYTES;
+        if saved != world.size() as usize {
+            return Err(CommandError::Usage(format!(
+                "{}: holds cursors of {saved} ranks, this job has {} (re-partitioning to another rank count is not supported yet)",
+                path.display(),
+                world.size()
+            )));
+        }
+        let mine = &bytes[world.rank() as usize * CURSOR_BYTES..][..CURSOR_BYTES];
+        options.resume = Some(Cursor::decode(mine)?);
+    }
+    let opened = Instant::now();
+    let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
+    // The steps this run takes follow from the schedule (which needs the
+    // record count); telling the engine keeps it from reading past them.
+    let total = steps_for_epochs(engine.schedule(), args.epochs);
+    let first_step = engine.step();
+    let last = args.stop_after.map_or(total, |k| total.min(first_step + k));
+    engine.set_step_limit(last);
+
+    let mut trace = match trace_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            Some(BufWriter::new(File::create(
+                dir.join(format!("rank-{}.tsv", engine.rank())),
+            )?))
+        }
+        None => None,
+    };
+    let mut m = Measurement {
+        records_in_db: engine.records(),
+        ..Default::default()
+    };
+    let mut checksum = 0u64;
+    for _ in first_step..last {
+        let batch = engine.next_batch()?;
+        for (i, rec) in batch.records().iter().enumerate() {
+            let value = batch.value(i);
+            // Touch every byte so no method wins by not reading.
+            checksum = value
+                .iter()
+                .fold(checksum, |h, &b| h.rotate_left(5) ^ b as u64);
+            if rec.epoch >= args.epochs {
+                continue;
+            }
+            m.delivered_bytes += value.len() as u64;
+            m.records += 1;
+            if let Some(t) = trace.as_mut() {
+                if args.epochs > 1 {
+                    write!(t, "{} ", rec.epoch)?;
+                }
+                writeln!(
+                    t,
+                    "{} {} {}",
+                    hex(batch.key(i)),
+                    value.len(),
+                    hex(&Sha256::digest(value))
+                )?;
+            }
+        }
+        if m.first_s == 0.0 {
+            m.first_s = opened.elapsed().as_secs_f64();
+        }
+        if args.compute_ms > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(args.compute_ms / 1e3));
+        }
+    }
+    if let Some(mut t) = trace {
+        t.flush()?;
+    }
+    if let Some(path) = &args.save_cursor {
+        let mine = engine.cursor().encode();
+        let mut all = vec![0u8; mine.len() * world.size() as usize];
+        world.all_gather_into(&mine[..], &mut all[..]);
+        if world.rank() == 0 {
+            std::fs::write(path, &all)?;
+        }
+    }
+    m.seconds = opened.elapsed().as_secs_f64();
+    std::hint::black_box(checksum);
+    let c = engine.counters();
+    m.bytes_read = c.bytes_read;
+    m.read_requests = c.read_requests;
+    m.file_opens = c.file_opens;
+    Ok(m)
+}

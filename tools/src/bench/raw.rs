@@ -1,0 +1,61 @@
+//! The storage limit: the data file split into equal contiguous parts, each
+//! read with large sequential `pread`s and touching nothing else.
+
+use std::os::unix::fs::FileExt;
+use std::time::Instant;
+
+use mpi::traits::*;
+
+use super::report::{Context, Measurement};
+use super::Args;
+use crate::CommandError;
+
+/// Bytes per `pread`.
+const REQUEST: usize = 4 << 20;
+
+#[derive(Clone, Copy)]
+pub enum Readers {
+    EveryRank,
+    OnePerNode,
+}
+
+pub fn run(args: &Args, ctx: &Context, readers: Readers) -> Result<Measurement, CommandError> {
+    let path = lmdbio::data_file_path(&args.db)?;
+    let (part, parts) = match readers {
+        Readers::EveryRank => (ctx.world.rank() as usize, ctx.world.size() as usize),
+        Readers::OnePerNode => (ctx.node_index(), ctx.nodes),
+    };
+    let reads = matches!(readers, Readers::EveryRank) || ctx.is_node_leader();
+    let mut m = Measurement::default();
+    ctx.world.barrier();
+    let start = Instant::now();
+    if reads {
+        let file = std::fs::File::open(&path)?;
+        let len = file.metadata()?.len();
+        let (lo, hi) = (
+            len * part as u64 / parts as u64,
+            len * (part as u64 + 1) / parts as u64,
+        );
+        let mut buf = vec![0u8; REQUEST];
+        let mut checksum = 0u64;
+        let mut at = lo;
+        while at < hi {
+            let n = REQUEST.min((hi - at) as usize);
+            file.read_exact_at(&mut buf[..n], at)?;
+            checksum = buf[..n]
+                .iter()
+                .fold(checksum, |h, &b| h.rotate_left(5) ^ b as u64);
+            m.read_requests += 1;
+            at += n as u64;
+            if m.first_s == 0.0 {
+                m.first_s = start.elapsed().as_secs_f64();
+            }
+        }
+        std::hint::black_box(checksum);
+        m.file_opens = 1;
+        m.bytes_read = hi - lo;
+        m.delivered_bytes = hi - lo;
+    }
+    m.seconds = start.elapsed().as_secs_f64();
+    Ok(m)
+}

@@ -1,0 +1,213 @@
+//! Turning each rank's measurements into one row per method, and the table.
+
+use mpi::collective::SystemOperation;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use serde::Serialize;
+
+use super::sys::ProcessCounters;
+
+/// What one rank measured for one method.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Measurement {
+    pub records_in_db: u64,
+    pub delivered_bytes: u64,
+    pub records: u64,
+    pub first_s: f64,
+    pub seconds: f64,
+    /// Bytes this rank read from the file (the engine's count, the raw
+    /// reader's, or what the kernel fetched for an mmap reader).
+    pub bytes_read: u64,
+    /// Read requests (mmap readers: major page faults).
+    pub read_requests: u64,
+    pub file_opens: u64,
+}
+
+/// The job's shape, for per-node figures.
+pub struct Context<'w> {
+    pub world: &'w SimpleCommunicator,
+    pub node: SimpleCommunicator,
+    pub nodes: usize,
+}
+
+impl<'w> Context<'w> {
+    /// Nodes by shared memory, or `ranks_per_node` consecutive ranks.
+    pub fn new(world: &'w SimpleCommunicator, ranks_per_node: Option<usize>) -> Context<'w> {
+        let shared = world.split_shared(world.rank());
+        let node = match ranks_per_node {
+            Some(k) => shared
+                .split_by_color(mpi::topology::Color::with_value(
+                    shared.rank() / k.max(1) as i32,
+                ))
+                .expect("every rank has a colour"),
+            None => shared,
+        };
+        let leader = i32::from(node.rank() == 0);
+        let mut nodes = 0i32;
+        world.all_reduce_into(&leader, &mut nodes, SystemOperation::sum());
+        Context {
+            world,
+            node,
+            nodes: nodes as usize,
+        }
+    }
+
+    pub fn is_node_leader(&self) -> bool {
+        self.node.rank() == 0
+    }
+
+    /// 0-based index of this rank's node, nodes ordered by their first
+    /// world rank. Collective.
+    pub fn node_index(&self) -> usize {
+        let leader = i32::from(self.is_node_leader());
+        let mut before = 0i32;
+        self.world
+            .exclusive_scan_into(&leader, &mut before, SystemOperation::sum());
+        if self.world.rank() == 0 {
+            before = 0; // MPI leaves rank 0's exclusive scan undefined
+        }
+        self.node.process_at_rank(0).broadcast_into(&mut before);
+        before as usize
+    }
+
+    fn sum(&self, v: f64) -> f64 {
+        let mut out = 0.0;
+        self.world
+            .all_reduce_into(&v, &mut out, SystemOperation::sum());
+        out
+    }
+
+    fn max(&self, v: f64) -> f64 {
+        let mut out = 0.0;
+        self.world
+            .all_reduce_into(&v, &mut out, SystemOperation::max());
+        out
+    }
+
+    /// Collective: the row for one method (complete on rank 0).
+    pub fn summarise(
+        &self,
+        method: &'static str,
+        epochs: u64,
+        m: &Measurement,
+        process: ProcessCounters,
+        cache: Option<String>,
+    ) -> Run {
+        let seconds = self.max(m.seconds);
+        let bytes = self.sum(m.delivered_bytes as f64);
+        let nodes = self.nodes.max(1) as f64;
+        Run {
+            method,
+            ranks: self.world.size() as usize,
+            ranks_per_node: self.node.size() as usize,
+            nodes: self.nodes,
+            records: m.records_in_db,
+            epochs,
+            mb_per_s: bytes / 1e6 / seconds.max(1e-9),
+            records_per_s: self.sum(m.records as f64) / seconds.max(1e-9),
+            time_to_first_batch_s: self.max(m.first_s),
+            seconds,
+            bytes_delivered: bytes as u64,
+            bytes_read_per_node: self.sum(m.bytes_read as f64) / nodes,
+            read_requests_per_node: self.sum(m.read_requests as f64) / nodes,
+            file_opens_per_node: self.sum(m.file_opens as f64) / nodes,
+            storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
+            major_faults_per_rank: self.max(process.major_faults as f64),
+            minor_faults_per_rank: self.max(process.minor_faults as f64),
+            peak_rss_mib_per_rank: self.max(process.peak_rss_kib as f64) / 1024.0,
+            cache_drop: cache,
+            ratio_to_raw: None,
+            ratio_to_lmdb_skip: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub method: &'static str,
+    pub ranks: usize,
+    pub ranks_per_node: usize,
+    pub nodes: usize,
+    pub records: u64,
+    pub epochs: u64,
+    pub mb_per_s: f64,
+    pub records_per_s: f64,
+    pub time_to_first_batch_s: f64,
+    pub seconds: f64,
+    pub bytes_delivered: u64,
+    pub bytes_read_per_node: f64,
+    pub read_requests_per_node: f64,
+    pub file_opens_per_node: f64,
+    /// What the kernel read from storage for the node's ranks.
+    pub storage_read_bytes_per_node: f64,
+    pub major_faults_per_rank: f64,
+    pub minor_faults_per_rank: f64,
+    /// Largest peak RSS of any rank so far in the invocation.
+    pub peak_rss_mib_per_rank: f64,
+    /// How the page cache was dropped before the run (`--cold`).
+    pub cache_drop: Option<String>,
+    pub ratio_to_raw: Option<f64>,
+    pub ratio_to_lmdb_skip: Option<f64>,
+}
+
+/// Ratios to the storage limit (the better raw variant) and to lmdb-skip,
+/// both measured in the same invocation.
+pub fn add_ratios(runs: &mut [Run]) {
+    let raw = runs
+        .iter()
+        .filter(|r| r.method.starts_with("raw"))
+        .map(|r| r.mb_per_s)
+        .fold(None, |best: Option<f64>, v| {
+            Some(best.map_or(v, |b| b.max(v)))
+        });
+    let skip = runs
+        .iter()
+        .find(|r| r.method == "lmdb-skip")
+        .map(|r| r.mb_per_s);
+    for r in runs {
+        r.ratio_to_raw = raw.map(|x| r.mb_per_s / x);
+        r.ratio_to_lmdb_skip = skip.map(|x| r.mb_per_s / x);
+    }
+}
+
+pub fn print_table(runs: &[Run]) {
+    let mib = |b: f64| b / (1 << 20) as f64;
+    let ratio = |r: Option<f64>| r.map_or("-".to_string(), |v| format!("{v:.2}"));
+    println!(
+        "{:<10} {:>5} {:>5} {:>8} {:>9} {:>8} {:>10} {:>8} {:>5} {:>8} {:>7} {:>6} {:>6}",
+        "method",
+        "ranks",
+        "/node",
+        "MB/s",
+        "rec/s",
+        "first(s)",
+        "read/node",
+        "req/node",
+        "opens",
+        "majflt",
+        "rss MiB",
+        "/raw",
+        "/skip"
+    );
+    for r in runs {
+        println!(
+            "{:<10} {:>5} {:>5} {:>8.1} {:>9.0} {:>8.3} {:>7.1}MiB {:>8.0} {:>5.0} {:>8.0} {:>7.1} {:>6} {:>6}",
+            r.method,
+            r.ranks,
+            r.ranks_per_node,
+            r.mb_per_s,
+            r.records_per_s,
+            r.time_to_first_batch_s,
+            mib(r.bytes_read_per_node),
+            r.read_requests_per_node,
+            r.file_opens_per_node,
+            r.major_faults_per_rank,
+            r.peak_rss_mib_per_rank,
+            ratio(r.ratio_to_raw),
+            ratio(r.ratio_to_lmdb_skip)
+        );
+    }
+    if let Some(c) = runs.first().and_then(|r| r.cache_drop.as_ref()) {
+        println!("cold runs: {c} before each method");
+    }
+}

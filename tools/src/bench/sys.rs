@@ -1,0 +1,86 @@
+//! Process counters and page-cache control for the benchmark.
+
+use std::path::Path;
+
+use mpi::traits::*;
+
+use super::report::Context;
+use crate::CommandError;
+
+/// Counters of this process that the kernel keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessCounters {
+    pub major_faults: u64,
+    pub minor_faults: u64,
+    /// Peak resident set so far (KiB); never goes down.
+    pub peak_rss_kib: u64,
+    /// Bytes this process caused to be read from storage (`/proc/self/io`).
+    pub storage_read_bytes: u64,
+}
+
+impl ProcessCounters {
+    pub fn now() -> ProcessCounters {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage fills the struct it is given.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+        // SAFETY: zero-initialised and filled above.
+        let usage = unsafe { usage.assume_init() };
+        let storage_read_bytes = std::fs::read_to_string("/proc/self/io")
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("read_bytes:").map(|v| v.trim().parse().ok()))
+                    .flatten()
+            })
+            .unwrap_or(0);
+        ProcessCounters {
+            major_faults: usage.ru_majflt as u64,
+            minor_faults: usage.ru_minflt as u64,
+            peak_rss_kib: usage.ru_maxrss as u64,
+            storage_read_bytes,
+        }
+    }
+
+    /// Deltas since `before` (the peak is kept as is).
+    pub fn since(self, before: ProcessCounters) -> ProcessCounters {
+        ProcessCounters {
+            major_faults: self.major_faults - before.major_faults,
+            minor_faults: self.minor_faults - before.minor_faults,
+            peak_rss_kib: self.peak_rss_kib,
+            storage_read_bytes: self
+                .storage_read_bytes
+                .saturating_sub(before.storage_read_bytes),
+        }
+    }
+}
+
+/// Drops the data file from the page cache: `posix_fadvise(DONTNEED)` on
+/// every node, and `/proc/sys/vm/drop_caches` when permitted. Collective;
+/// returns what was used.
+pub fn drop_cache(db: &Path, ctx: &Context) -> Result<String, CommandError> {
+    let data = lmdbio::data_file_path(db)?;
+    let mut used = String::from("posix_fadvise(DONTNEED)");
+    if ctx.is_node_leader() {
+        let file = std::fs::File::open(&data)?;
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: a valid open descriptor; the call only drops cached pages.
+        unsafe {
+            libc::fdatasync(file.as_raw_fd());
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+    let mut dropped = 0i32;
+    if ctx.world.rank() == 0 {
+        // SAFETY: sync has no arguments and cannot fail.
+        unsafe { libc::sync() };
+        if std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok() {
+            dropped = 1;
+        }
+    }
+    ctx.world.process_at_rank(0).broadcast_into(&mut dropped);
+    if dropped == 1 {
+        used.push_str(" + drop_caches");
+    }
+    ctx.world.barrier();
+    Ok(used)
+}
