@@ -173,16 +173,54 @@ fn positive(v: usize, what: &str) -> Result<usize> {
     Ok(v)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_batch_size(
-    options: *mut lmdbio_options,
-    batch: usize,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.batch = positive(batch, "batch size")?;
-            Ok(())
-        })
+/// Defines `lmdbio_options_set_*(options, value)`: `$body` updates the
+/// options `$o` from `$arg`, or fails with `?`.
+macro_rules! option_setter {
+    ($name:ident, $arg:ident: $ty:ty, |$o:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(options: *mut lmdbio_options, $arg: $ty) -> c_int {
+            unsafe {
+                with_options(options, |$o| {
+                    $body;
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+
+option_setter!(lmdbio_options_set_batch_size, batch: usize, |o| o.batch = positive(batch, "batch size")?);
+option_setter!(lmdbio_options_set_partition, mode: c_int, |o| o.partition = partition_from(mode)?);
+option_setter!(lmdbio_options_set_tail, tail: c_int, |o| o.tail = tail_from(tail)?);
+option_setter!(lmdbio_options_set_ranks_per_node, k: usize, |o| o.ranks_per_node = (k > 0).then_some(k));
+option_setter!(lmdbio_options_set_readers_per_node, n: usize, |o| o.readers_per_node =
+    positive(n, "readers per node")?);
+option_setter!(lmdbio_options_set_window_bytes, bytes: usize, |o| o.window_bytes =
+    positive(bytes, "window size")?);
+option_setter!(lmdbio_options_set_prefetch, steps: usize, |o| o.prefetch = positive(steps, "prefetch")?);
+option_setter!(lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger =
+    (readers_at_once > 0).then_some(readers_at_once));
+option_setter!(lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
+option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
+
+fn partition_from(mode: c_int) -> Result<Partition> {
+    match mode {
+        0 => Ok(Partition::Contiguous),
+        1 => Ok(Partition::RoundRobinBatches),
+        2 => Ok(Partition::Strided),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown partition mode {mode}"
+        ))),
+    }
+}
+
+fn tail_from(tail: c_int) -> Result<Tail> {
+    match tail {
+        0 => Ok(Tail::Wrap),
+        1 => Ok(Tail::Short),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown tail policy {tail}"
+        ))),
     }
 }
 
@@ -204,101 +242,6 @@ pub unsafe extern "C" fn lmdbio_options_set_subdb(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_partition(
-    options: *mut lmdbio_options,
-    mode: c_int,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.partition = match mode {
-                0 => Partition::Contiguous,
-                1 => Partition::RoundRobinBatches,
-                2 => Partition::Strided,
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "unknown partition mode {mode}"
-                    )))
-                }
-            };
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_tail(
-    options: *mut lmdbio_options,
-    tail: c_int,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.tail = match tail {
-                0 => Tail::Wrap,
-                1 => Tail::Short,
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "unknown tail policy {tail}"
-                    )))
-                }
-            };
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_ranks_per_node(
-    options: *mut lmdbio_options,
-    k: usize,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.ranks_per_node = if k == 0 { None } else { Some(k) };
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_readers_per_node(
-    options: *mut lmdbio_options,
-    n: usize,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.readers_per_node = positive(n, "readers per node")?;
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_window_bytes(
-    options: *mut lmdbio_options,
-    bytes: usize,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.window_bytes = positive(bytes, "window size")?;
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_prefetch(
-    options: *mut lmdbio_options,
-    steps: usize,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.prefetch = positive(steps, "prefetch")?;
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_coalesce(
     options: *mut lmdbio_options,
     target_bytes: u64,
@@ -308,49 +251,6 @@ pub unsafe extern "C" fn lmdbio_options_set_coalesce(
         with_options(options, |o| {
             o.coalesce.target = positive(target_bytes as usize, "coalescing target")? as u64;
             o.coalesce.max_gap = max_gap_bytes;
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_stagger(
-    options: *mut lmdbio_options,
-    readers_at_once: usize,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.stagger = if readers_at_once == 0 {
-                None
-            } else {
-                Some(readers_at_once)
-            };
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_collective(
-    options: *mut lmdbio_options,
-    collective: c_int,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.collective = collective != 0;
-            Ok(())
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_options_set_overlap(
-    options: *mut lmdbio_options,
-    overlap: c_int,
-) -> c_int {
-    unsafe {
-        with_options(options, |o| {
-            o.overlap = overlap != 0;
             Ok(())
         })
     }

@@ -741,9 +741,8 @@ impl Engine {
             round.read = Some(InFlight::Thread(Some(std::thread::spawn(move || {
                 let ptr = ptr;
                 // SAFETY: see WindowPtr; len bytes from ptr are this
-                // reader's range of the round's area.
-                let buf = unsafe { std::slice::from_raw_parts_mut(ptr.0, len) };
-                file.read_runs(&runs, buf, true)
+                // reader's range, untouched until the thread is joined.
+                unsafe { file.start_read_runs(&runs, ptr.0, len, true) }?.wait()
             }))));
             return Ok(());
         }

@@ -130,70 +130,6 @@ impl MpiFile {
     ) -> Result<()> {
         check_count(status, expected).map_err(|_| self.truncated(at, expected as u64))
     }
-
-    /// Reads `runs` (sorted by file offset, non-overlapping) into `buf`,
-    /// packed back to back in run order. With `collective`, every rank of
-    /// the file's communicator must call this the same number of times (an
-    /// empty `runs` takes part without reading).
-    pub fn read_runs(&self, runs: &[ReadRun], buf: &mut [u8], collective: bool) -> Result<u64> {
-        let total: u64 = runs.iter().map(|r| r.len).sum();
-        if total != buf.len() as u64 {
-            return Err(Error::InvalidArgument(
-                "read buffer does not match its runs".into(),
-            ));
-        }
-        if let Some(r) = runs.iter().find(|r| r.file_offset + r.len > self.len) {
-            // Collective calls must still be made by this rank, or the
-            // others hang: read nothing and report afterwards.
-            if collective {
-                self.read_view(&[], &mut [])?;
-            }
-            return Err(self.truncated(r.file_offset, r.len));
-        }
-        if !collective {
-            let mut at = 0usize;
-            for r in runs {
-                self.read_at(&mut buf[at..at + r.len as usize], r.file_offset)?;
-                at += r.len as usize;
-            }
-            return Ok(runs.len() as u64);
-        }
-        self.read_view(runs, buf)?;
-        Ok(runs.len() as u64)
-    }
-
-    /// One collective read through a file view made of `runs`.
-    fn read_view(&self, runs: &[ReadRun], buf: &mut [u8]) -> Result<()> {
-        if buf.len() as u64 > i32::MAX as u64 {
-            return Err(Error::ResourceLimit(format!(
-                "one collective read of {} bytes exceeds an int count; lower the window size",
-                buf.len()
-            )));
-        }
-        self.set_view(runs)?;
-        let byte = unsafe { ffi::RSMPI_UINT8_T };
-        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: buf is valid for buf.len() (< 2^31) bytes; the view maps
-        // exactly that many file bytes.
-        check(
-            unsafe {
-                ffi::MPI_File_read_at_all(
-                    self.raw,
-                    0,
-                    buf.as_mut_ptr() as *mut c_void,
-                    buf.len() as c_int,
-                    byte,
-                    status.as_mut_ptr(),
-                )
-            },
-            "MPI_File_read_at_all",
-        )?;
-        self.check_count(
-            &status,
-            buf.len(),
-            runs.first().map_or(0, |r| r.file_offset),
-        )
-    }
 }
 
 impl MpiFile {
@@ -264,11 +200,7 @@ impl MpiFile {
                 },
                 "MPI_File_iread_at_all",
             )?;
-            pending.requests.push(request);
-            pending.outcomes.push(None);
-            pending
-                .expected
-                .push((len, runs.first().map_or(0, |r| r.file_offset)));
+            pending.push(request, len, runs.first().map_or(0, |r| r.file_offset));
             return Ok(pending);
         }
         let mut at = 0usize;
@@ -291,9 +223,7 @@ impl MpiFile {
                     },
                     "MPI_File_iread_at",
                 )?;
-                pending.requests.push(request);
-                pending.outcomes.push(None);
-                pending.expected.push((n, r.file_offset + off));
+                pending.push(request, n, r.file_offset + off);
                 at += n;
                 off += n as u64;
             }
@@ -354,6 +284,12 @@ pub struct PendingRead {
 }
 
 impl PendingRead {
+    fn push(&mut self, request: ffi::MPI_Request, bytes: usize, at: u64) {
+        self.requests.push(request);
+        self.outcomes.push(None);
+        self.expected.push((bytes, at));
+    }
+
     /// Lets MPI make progress on the reads without blocking: some MPI-IO
     /// implementations advance non-blocking collective reads only inside
     /// test and wait calls. Returns true when all have completed.
