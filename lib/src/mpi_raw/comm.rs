@@ -167,21 +167,24 @@ impl Comm {
             }
         };
         let send = values.to_vec();
-        // SAFETY: send and values hold values.len() i64s each; the datatype
-        // matches; the communicator is valid.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: send and values hold values.len() i64s each and live until
+        // the request completes below; the datatype matches.
         check(
             unsafe {
-                ffi::MPI_Allreduce(
+                ffi::MPI_Iallreduce(
                     send.as_ptr() as *const c_void,
                     values.as_mut_ptr() as *mut c_void,
                     values.len() as c_int,
                     ffi::RSMPI_INT64_T,
                     op,
                     self.raw,
+                    &mut request,
                 )
             },
-            "MPI_Allreduce",
-        )
+            "MPI_Iallreduce",
+        )?;
+        wait_politely(&mut request, "MPI_Iallreduce")
     }
 
     /// Broadcasts `bytes` from `root`; other ranks' vectors are replaced.
@@ -286,6 +289,34 @@ impl Comm {
             },
             "MPI_Allgatherv",
         )
+    }
+}
+
+/// Completes `request` without monopolising a core: test and yield the
+/// core for the first 2 ms, then test with a growing pause (up to 1 ms).
+/// The engine's agreements are where ranks wait for the node's readers; a
+/// waiter spinning inside MPI takes the core a reader needs whenever ranks
+/// outnumber cores, while yielding costs nothing when they do not.
+fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(50);
+    loop {
+        let mut done: c_int = 0;
+        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+        // SAFETY: a request we started; status is a valid out location.
+        check(
+            unsafe { ffi::MPI_Test(request, &mut done, status.as_mut_ptr()) },
+            call,
+        )?;
+        if done != 0 {
+            return Ok(());
+        }
+        if started.elapsed() < std::time::Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(1));
+        }
     }
 }
 
