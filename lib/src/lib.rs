@@ -21,6 +21,20 @@
 //!
 //! [`layout`] reports how sequential a file is for reading.
 //!
+//! On many ranks the same pieces run inside [`engine`]:
+//!
+//! 7. [`schedule`]: which positions each rank gets at each step (a pure
+//!    function, so every rank can plan every other rank's reads), and
+//!    [`order`]: which record sits at each position of an epoch (key order,
+//!    or a per-epoch chunked shuffle).
+//! 8. [`mpi_raw`]: the thin unsafe layer over MPI (communicators, MPI-IO,
+//!    shared windows), every return code checked.
+//! 9. [`engine`]: nodes, readers, the index in node-shared memory, rounds of
+//!    coalesced collective reads into a shared window, zero-copy batches,
+//!    and one agreement per collective step so failures reach every rank.
+//! 10. [`cursor`]: a rank's position as a small portable value.
+//! 11. [`ffi`]: the C ABI of `include/lmdbio.h`.
+//!
 //! ```no_run
 //! use lmdbio::{Database, IndexOptions, CoalesceOptions};
 //! # fn main() -> lmdbio::Result<()> {
