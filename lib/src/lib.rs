@@ -7,7 +7,7 @@
 //!
 //! 1. [`source`]: positioned reads (`pread` here, MPI-IO in the engine). No
 //!    mmap, no liblmdb, no lock file.
-//! 2. [`format`]: LMDB's on-disk structures (meta, branch, leaf and overflow
+//! 2. [`format`](mod@format): LMDB's on-disk structures (meta, branch, leaf and overflow
 //!    pages), parsed from byte buffers with every offset bounds-checked.
 //! 3. [`database`]: opens a file, picks the current meta page, selects MAIN
 //!    or a named database, refuses what we do not read (duplicate keys).

@@ -4,7 +4,7 @@
 //!   consecutive ranks per virtual node). Only the first
 //!   `readers_per_node` ranks of a node open the file, once, on the readers'
 //!   communicator.
-//! * The record index is built across nodes ([`index_build`]) into each
+//! * The record index is built across nodes (`index_build`) into each
 //!   node's shared memory.
 //! * Batches are served in *rounds*: a round covers the next `prefetch`
 //!   steps of every rank on the node. The node's readers plan the round's
