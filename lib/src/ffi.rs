@@ -398,15 +398,26 @@ pub unsafe extern "C" fn lmdbio_next_batch(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
+/// Runs `read` on the engine behind `engine` and stores its result in
+/// `*out`, for the calls that only report.
+unsafe fn report<T>(
+    engine: *const lmdbio_engine,
+    out: *mut T,
+    read: impl FnOnce(&Engine) -> Result<T>,
+) -> c_int {
     guard(|| {
-        // SAFETY: forwarded from the caller.
+        // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
+        // NULL or a writable out pointer.
         let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
         let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
-        *out = e.engine.records();
+        *out = read(&e.engine)?;
         Ok(())
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
+    unsafe { report(engine, out, |e| Ok(e.records())) }
 }
 
 #[no_mangle]
@@ -442,13 +453,7 @@ pub unsafe extern "C" fn lmdbio_counters_get(
     engine: *const lmdbio_engine,
     out: *mut lmdbio_counters,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: forwarded from the caller.
-        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
-        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
-        *out = e.engine.counters().into();
-        Ok(())
-    })
+    unsafe { report(engine, out, |e| Ok(e.counters().into())) }
 }
 
 /// The node's summed counters (collective over the node).
@@ -457,13 +462,7 @@ pub unsafe extern "C" fn lmdbio_node_counters(
     engine: *const lmdbio_engine,
     out: *mut lmdbio_counters,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: forwarded from the caller.
-        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
-        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
-        *out = e.engine.node_counters()?.into();
-        Ok(())
-    })
+    unsafe { report(engine, out, |e| Ok(e.node_counters()?.into())) }
 }
 
 /// Collective; NULL is accepted and ignored.

@@ -195,22 +195,17 @@ impl Comm {
             bytes.clear();
             bytes.resize(len[0] as usize, 0);
         }
-        for chunk_start in (0..bytes.len()).step_by(1 << 30) {
-            let chunk = &mut bytes[chunk_start..(chunk_start + (1 << 30)).min(len[0] as usize)];
-            // SAFETY: chunk is a valid buffer of chunk.len() bytes (< 2^31)
-            // on every rank, the same length everywhere.
-            check(
-                unsafe {
-                    ffi::MPI_Bcast(
-                        chunk.as_mut_ptr() as *mut c_void,
-                        chunk.len() as c_int,
-                        ffi::RSMPI_UINT8_T,
-                        root as c_int,
-                        self.raw,
-                    )
-                },
-                "MPI_Bcast",
-            )?;
+        for chunk in bytes.chunks_mut(1 << 30) {
+            // SAFETY: chunk is a valid buffer of chunk.len() (< 2^31) bytes,
+            // the same length on every rank.
+            unsafe {
+                self.bcast_raw(
+                    root,
+                    chunk.as_mut_ptr() as *mut c_void,
+                    chunk.len(),
+                    ffi::RSMPI_UINT8_T,
+                )?
+            };
         }
         Ok(())
     }
@@ -218,16 +213,31 @@ impl Comm {
     pub fn bcast_i64(&self, root: usize, values: &mut [i64]) -> Result<()> {
         // SAFETY: values is a valid buffer of values.len() i64s on every
         // rank (callers pass equal lengths).
+        unsafe {
+            self.bcast_raw(
+                root,
+                values.as_mut_ptr() as *mut c_void,
+                values.len(),
+                ffi::RSMPI_INT64_T,
+            )
+        }
+    }
+
+    /// `MPI_Bcast` of `count` elements of `datatype` at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must hold `count` elements of `datatype` (count < 2^31) on
+    /// every rank.
+    unsafe fn bcast_raw(
+        &self,
+        root: usize,
+        buf: *mut c_void,
+        count: usize,
+        datatype: ffi::MPI_Datatype,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the communicator is valid.
         check(
-            unsafe {
-                ffi::MPI_Bcast(
-                    values.as_mut_ptr() as *mut c_void,
-                    values.len() as c_int,
-                    ffi::RSMPI_INT64_T,
-                    root as c_int,
-                    self.raw,
-                )
-            },
+            unsafe { ffi::MPI_Bcast(buf, count as c_int, datatype, root as c_int, self.raw) },
             "MPI_Bcast",
         )
     }
