@@ -32,6 +32,16 @@ pub enum Tail {
     Short,
 }
 
+/// Rank `rank`'s block of `records` split over `ranks`: `(first, count)`,
+/// the first `records % ranks` ranks taking one more.
+pub fn contiguous_block(records: u64, ranks: u64, rank: u64) -> (u64, u64) {
+    let (base, extra) = (records / ranks, records % ranks);
+    (
+        rank * base + rank.min(extra),
+        base + u64::from(rank < extra),
+    )
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Schedule {
     pub records: u64,
@@ -70,10 +80,8 @@ impl Schedule {
         let (n, p) = (self.records, self.ranks);
         match self.partition {
             Partition::Contiguous => {
-                let base = n / p;
-                let extra = n % p;
-                let first = rank * base + rank.min(extra);
-                (first, base + u64::from(rank < extra), 1)
+                let (first, count) = contiguous_block(n, p, rank);
+                (first, count, 1)
             }
             Partition::Strided => {
                 let count = if rank < n { (n - rank).div_ceil(p) } else { 0 };

@@ -188,6 +188,13 @@ struct SpanOwner {
     ordinal: usize,
 }
 
+/// A round's records and read plan.
+struct PlannedRound {
+    steps: u64,
+    owners: Vec<SpanOwner>,
+    plan: ReadPlan,
+}
+
 /// A round being read: planned, reads started, not yet published.
 struct PendingRound {
     first_step: u64,
@@ -598,8 +605,19 @@ impl Engine {
         (spans, owners)
     }
 
-    /// The most steps (up to `prefetch`) whose round fits the window.
-    fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<u64> {
+    /// Spans and plan of the round of `k` steps starting at `first`.
+    fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
+        let (spans, owners) = self.round_spans(first, k);
+        let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
+        PlannedRound {
+            steps: k,
+            owners,
+            plan,
+        }
+    }
+
+    /// The longest round (up to `prefetch` steps) that fits `capacity`.
+    fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<PlannedRound> {
         // Ramp up 1, 2, 4, ... steps so the first batch arrives after one
         // step's read, not after a whole prefetch round.
         let ramp = 1u64 << self.rounds_started.min(32);
@@ -612,19 +630,19 @@ impl Engine {
             .min(left)
             .max(1);
         loop {
-            let (spans, _) = self.round_spans(first, k);
-            let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
-            let per_reader_ok = plan.buffer_len / self.options.readers_per_node.max(1) as u64
-                <= i32::MAX as u64 / 2;
-            if plan.buffer_len <= capacity && per_reader_ok {
-                return Ok(k);
+            let round = self.plan_round(first, k);
+            let len = round.plan.buffer_len;
+            let per_reader_ok =
+                len / self.options.readers_per_node.max(1) as u64 <= i32::MAX as u64 / 2;
+            if len <= capacity && per_reader_ok {
+                return Ok(round);
             }
             if k == 1 {
                 return Err(Error::ResourceLimit(format!(
                     "the shared window ({} bytes{}) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
                     self.data.len(),
                     if self.options.overlap { ", half per round with overlap" } else { "" },
-                    plan.buffer_len
+                    len
                 )));
             }
             k = k.div_ceil(2);
@@ -670,16 +688,29 @@ impl Engine {
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
         let fit = if self.node.rank() == 0 {
-            agree::local(|| self.steps_that_fit(first, capacity)).map(|k| k as i64)
+            agree::local(|| self.steps_that_fit(first, capacity)).map(Some)
         } else {
-            Ok(i64::MAX)
+            Ok(None)
         };
-        let mut k = [*fit.as_ref().unwrap_or(&i64::MAX)];
-        agree(&self.world, fit, &mut k)?;
+        let local_k = fit
+            .as_ref()
+            .ok()
+            .and_then(|r| r.as_ref())
+            .map_or(i64::MAX, |r| r.steps as i64);
+        let mut k = [local_k];
+        let fitted = agree(&self.world, fit, &mut k)?;
         let k = k[0].max(1) as u64;
         self.rounds_started += 1;
-        let (spans, owners) = self.round_spans(first, k);
-        let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
+        // A master already planned this round unless another node needed
+        // a shorter one.
+        let PlannedRound {
+            steps: _,
+            owners,
+            plan,
+        } = match fitted {
+            Some(round) if round.steps == k => round,
+            _ => self.plan_round(first, k),
+        };
         self.counters.wait_seconds += waited.elapsed().as_secs_f64();
 
         let io_start = Instant::now();

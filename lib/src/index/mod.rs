@@ -364,15 +364,8 @@ pub fn check_index<R: ReadAt>(
         }
     }
     let mut seen = PageBitmap::new(db.page_limit());
-    for &p in pages.branches.iter().chain(&pages.leaves) {
-        check_child(db, p, "tree page")?;
-        if !seen.insert(p) {
-            return Err(db.corrupt(
-                p,
-                "page is referenced twice in the tree (a cycle or shared subtree)",
-            ));
-        }
-    }
+    claim_pages(db, &mut seen, &pages.branches)?;
+    claim_pages(db, &mut seen, &pages.leaves)?;
     let overflow_pages = claim_overflow_runs(db, &mut seen, entries)?;
     check_counts(db, tree, pages, entries.len() as u64, overflow_pages)?;
     Ok(overflow_pages)

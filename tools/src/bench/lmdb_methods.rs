@@ -66,9 +66,7 @@ pub fn run(
         ..Default::default()
     };
     // The contiguous block of the engine's default partition.
-    let (base, extra) = (records / ranks, records % ranks);
-    let first = rank * base + rank.min(extra);
-    let count = base + u64::from(rank < extra);
+    let (first, count) = lmdbio::schedule::contiguous_block(records, ranks, rank);
     let mut checksum = 0u64;
     for epoch in 0..args.epochs {
         let mut cursor = txn.open_ro_cursor(db).map_err(lmdb_error)?;
