@@ -412,11 +412,21 @@ fn hdf5_round_trip() {
                 .create("data")
                 .unwrap();
         }
-        let arr = ndarray::Array::from_shape_vec([n, 1], labels.clone()).unwrap();
-        file.new_dataset_builder()
-            .with_data(&arr)
-            .create("label")
-            .unwrap();
+        // Integer labels in one file, float labels (HDF5Data's usual) in the other.
+        if uint8 {
+            let ints: Vec<i32> = labels.iter().map(|&l| l as i32).collect();
+            let arr = ndarray::Array::from_shape_vec([n], ints).unwrap();
+            file.new_dataset_builder()
+                .with_data(&arr)
+                .create("label")
+                .unwrap();
+        } else {
+            let arr = ndarray::Array::from_shape_vec([n, 1], labels.clone()).unwrap();
+            file.new_dataset_builder()
+                .with_data(&arr)
+                .create("label")
+                .unwrap();
+        }
         path
     };
     for uint8 in [false, true] {
@@ -654,4 +664,45 @@ fn interrupt_leaves_nothing_behind() {
     assert!(err.contains("interrupted"), "{err}");
     assert!(!out.exists());
     assert!(!partial(), "the temporary database was left behind");
+}
+
+#[test]
+fn re_encoded_records_decode_to_the_raw_pixels() {
+    let dir = TempDir::new().unwrap();
+    let root = dir.path().join("imgs");
+    let lines = write_class_folders(&root, 1, 4, 30, "bmp", 21);
+    let list = dir.path().join("list.txt");
+    write_list(&list, &lines);
+    let (r, l) = (root.to_str().unwrap(), list.to_str().unwrap());
+    let raw = dir.path().join("raw");
+    let png = dir.path().join("png");
+    lmdbio_ok(&["--resize", "20x18", r, l, raw.to_str().unwrap()]);
+    lmdbio_ok(&[
+        "--resize",
+        "20x18",
+        "--encoded",
+        "--encode-type",
+        "png",
+        r,
+        l,
+        png.to_str().unwrap(),
+    ]);
+    let (raw, png) = (read_db(&raw), read_db(&png));
+    assert_eq!(raw.len(), 4);
+    for ((rk, rv), (pk, pv)) in raw.iter().zip(&png) {
+        assert_eq!(rk, pk);
+        let (r, p) = (parse_datum(rv), parse_datum(pv));
+        assert_eq!(
+            (p.encoded, p.label, p.channels),
+            (Some(true), r.label, None)
+        );
+        let file = dir.path().join("one.png");
+        std::fs::write(&file, p.data.unwrap()).unwrap();
+        let (w, h, pixels) = planar_bgr(&file);
+        assert_eq!((w, h), (20, 18));
+        assert!(
+            pixels == r.data.unwrap(),
+            "re-encoded PNG decodes to other pixels"
+        );
+    }
 }

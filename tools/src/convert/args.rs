@@ -47,7 +47,8 @@ pub struct Args {
     /// Seed for --shuffle (default: from the clock, printed).
     #[arg(long, requires = "shuffle")]
     pub seed: Option<u64>,
-    /// Fail unless every image has the same data size as the first.
+    /// Fail unless every image has as many pixel values (C×H×W) as the
+    /// first.
     #[arg(long, alias = "check_size")]
     pub check_size: bool,
     /// Decoding threads (default: all cores).

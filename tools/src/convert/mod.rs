@@ -142,7 +142,10 @@ fn convert_images(
             Err(reason) => {
                 let failure = ConvertError::Image {
                     line: entry.line + 1,
-                    path: root.join(&entry.rel_path).display().to_string(),
+                    path: root
+                        .join(entry.rel_path.trim_start_matches('/'))
+                        .display()
+                        .to_string(),
                     reason,
                 };
                 if args.strict {

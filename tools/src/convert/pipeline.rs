@@ -36,7 +36,10 @@ pub fn run(
             let (job_rx, file_tx) = (job_rx.clone(), file_tx.clone());
             scope.spawn(move || {
                 for i in job_rx {
-                    let path = root.join(&entries[i].rel_path);
+                    // convert_imageset concatenates ROOT and the path, so a
+                    // leading '/' still means "under ROOT".
+                    let rel = entries[i].rel_path.trim_start_matches('/');
+                    let path = root.join(rel);
                     let bytes = std::fs::read(&path).map_err(|e| format!("reading: {e}"));
                     if file_tx.send((i, bytes)).is_err() {
                         break;
