@@ -5,6 +5,8 @@
 # same disk with liblmdb's default durable commits, starting after `sync`.
 #
 # usage: scripts/bench-convert.sh [IMAGES] [SIDE] [jpg|png] [REPS] [WORKDIR]
+# OUT_DIR=/dev/shm puts the databases on tmpfs (no disk writes: the
+# conversion work alone); by default they go to WORKDIR (a real disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,13 +15,18 @@ side=${2:-256}
 format=${3:-jpg}
 reps=${4:-2}
 work=${5:-$(mktemp -d /tmp/lmdbio-bench-convert.XXXXXX)}
+out="${OUT_DIR:-$work}/lmdbio-bench-convert-out"
 classes=10
 per_class=$(( (images + classes - 1) / classes ))
 
 cargo build --release --locked -q -p lmdbio-tools -p lmdbio-testkit --bins
 bin=target/release
-rm -rf "$work/images"
-"$bin/lmdbio-sample-images" "$work/images" "$classes" "$per_class" "$side" "$format"
+params="$classes $per_class $side $format"
+if [ "$(cat "$work/images/.params" 2>/dev/null)" != "$params" ]; then
+    rm -rf "$work/images"
+    "$bin/lmdbio-sample-images" "$work/images" "$classes" "$per_class" "$side" "$format"
+    echo "$params" > "$work/images/.params"
+fi
 list="$work/images/list.txt"
 count=$(wc -l < "$list")
 # Read every source once so no tool pays for a cold page cache alone.
@@ -28,7 +35,7 @@ cat "$work"/images/*/* > /dev/null
 # run NAME COMMAND...: prints "NAME wall_s cpu_s"
 run() {
     local name=$1; shift
-    rm -rf "$work/out"
+    rm -rf "$out"
     sync
     local TIMEFORMAT='%R %U %S'
     { time "$@" > /dev/null 2> "$work/err"; } 2> "$work/cpu" ||
@@ -37,19 +44,21 @@ run() {
 }
 
 results="$work/results"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 : > "$results"
 for _ in $(seq "$reps"); do
     run convert_imageset env GLOG_minloglevel=1 convert_imageset \
-        "$work/images/" "$list" "$work/out" >> "$results"
+        "$work/images/" "$list" "$out" >> "$results"
     for threads in 1 2; do
         run "lmdbio-t$threads" "$bin/lmdbio" convert -q --threads "$threads" \
-            "$work/images" "$list" "$work/out" >> "$results"
+            "$work/images" "$list" "$out" >> "$results"
     done
 done
-rm -rf "$work/out"
+rm -rf "$out"
 
 echo
 echo "$count ${side}x${side} $format images, $(nproc) cores, best of $reps (wall), $(date -u +%FT%TZ)"
+echo "output on $(df --output=fstype "${OUT_DIR:-$work}" | tail -n 1); load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -v n="$count" '
     { if (!($1 in best) || $2 < best[$1]) { best[$1] = $2; cpu[$1] = $3 } }
     END {
