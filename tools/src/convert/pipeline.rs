@@ -5,6 +5,7 @@
 //! however slow one image is.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
 use crossbeam_channel::{bounded, unbounded};
@@ -53,7 +54,14 @@ pub fn run(
             scope.spawn(move || {
                 for (i, bytes) in file_rx {
                     let e = &entries[i];
-                    let result = bytes.and_then(|b| record::build(&e.rel_path, &b, e.label, opts));
+                    // A decoder that panics on a hostile file must not take
+                    // its record with it: the writer would wait for it forever.
+                    let result = bytes.and_then(|b| {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            record::build(&e.rel_path, &b, e.label, opts)
+                        }))
+                        .unwrap_or_else(|_| Err("the decoder panicked".into()))
+                    });
                     if done_tx.send((i, result)).is_err() {
                         break;
                     }
