@@ -201,6 +201,11 @@ fn records_are_byte_identical_to_convert_imageset() {
             &["--gray", "--resize_width=64", "--resize_height=40"],
             &["--gray", "--resize", "64x40"],
         ),
+        // c5.ppm is 42×28: an exact halving, OpenCV's INTER_AREA shortcut.
+        (
+            &["--resize_width=21", "--resize_height=14"],
+            &["--resize", "21x14"],
+        ),
     ];
     for (n, (theirs_flags, our_flags)) in variants.iter().enumerate() {
         let theirs = dir.path().join(format!("theirs{n}"));

@@ -6,22 +6,40 @@
 //! Field numbers: channels=1, height=2, width=3, data=4, label=5,
 //! float_data=6, encoded=7.
 
-/// Pixels as `CVMatToDatum` stores them: planar C×H×W uint8, BGR for colour.
+/// An image as a `cv::Mat` holds it: interleaved (H×W×C) uint8, BGR for
+/// colour.
 pub struct RawImage<'a> {
     pub channels: u32,
     pub height: u32,
     pub width: u32,
-    pub planar: &'a [u8],
+    pub interleaved: &'a [u8],
 }
 
-/// `CVMatToDatum` then `set_label`: channels, height, width, data, label,
-/// and `encoded=false` (it sets the field explicitly, so it is serialized).
+/// `CVMatToDatum` then `set_label`: channels, height, width, data (planar
+/// C×H×W), label, and `encoded=false` (it sets the field explicitly, so it
+/// is serialized). The planes are written straight into the message.
 pub fn raw(image: &RawImage<'_>, label: i32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(image.planar.len() + 32);
+    let len = image.interleaved.len();
+    let mut out = Vec::with_capacity(len + 40);
     put_varint_field(&mut out, 1, image.channels as u64);
     put_varint_field(&mut out, 2, image.height as u64);
     put_varint_field(&mut out, 3, image.width as u64);
-    put_bytes_field(&mut out, 4, image.planar);
+    out.push(tag(4, WIRE_LEN));
+    put_varint(&mut out, len as u64);
+    let start = out.len();
+    out.resize(start + len, 0);
+    let planes = &mut out[start..];
+    let channels = image.channels.max(1) as usize;
+    if channels == 1 {
+        planes.copy_from_slice(image.interleaved);
+    } else {
+        let plane = len / channels;
+        for (i, px) in image.interleaved.chunks_exact(channels).enumerate() {
+            for (c, &v) in px.iter().enumerate() {
+                planes[c * plane + i] = v;
+            }
+        }
+    }
     put_varint_field(&mut out, 5, label as i64 as u64);
     put_varint_field(&mut out, 7, 0);
     out
@@ -105,12 +123,24 @@ mod tests {
             channels: 3,
             height: 1,
             width: 200,
-            planar: &[7; 600],
+            interleaved: &[7; 600],
         };
         let bytes = raw(&img, 300);
         assert_eq!(&bytes[..8], &[0x08, 3, 0x10, 1, 0x18, 0xC8, 0x01, 0x22]);
         assert_eq!(&bytes[8..10], &[0xD8, 0x04]);
         assert_eq!(&bytes[610..], &[0x28, 0xAC, 0x02, 0x38, 0]);
+    }
+
+    #[test]
+    fn planes_follow_channels() {
+        let img = RawImage {
+            channels: 3,
+            height: 1,
+            width: 2,
+            interleaved: &[1, 2, 3, 4, 5, 6],
+        };
+        let bytes = raw(&img, 0);
+        assert_eq!(&bytes[6..14], &[0x22, 6, 1, 4, 2, 5, 3, 6]);
     }
 
     #[test]

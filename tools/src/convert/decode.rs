@@ -21,23 +21,6 @@ pub struct Pixels {
     pub data: Vec<u8>,
 }
 
-impl Pixels {
-    /// `CVMatToDatum`'s layout: planar C×H×W.
-    pub fn to_planar(&self) -> Vec<u8> {
-        if self.channels == 1 {
-            return self.data.clone();
-        }
-        let plane = self.height * self.width;
-        let mut out = vec![0u8; plane * self.channels];
-        for (i, px) in self.data.chunks_exact(self.channels).enumerate() {
-            for (c, &v) in px.iter().enumerate() {
-                out[c * plane + i] = v;
-            }
-        }
-        out
-    }
-}
-
 /// Decodes file bytes; the error is the decoder's reason.
 pub fn decode(bytes: &[u8], gray: bool) -> Result<Pixels, String> {
     let format = image::guess_format(bytes).map_err(|_| "not a known image format".to_string())?;

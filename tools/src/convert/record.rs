@@ -50,13 +50,12 @@ pub fn build(
             datum::encoded(&re_encode(&pixels, &wanted)?, label)
         }
     } else {
-        let planar = pixels.to_planar();
         datum::raw(
             &datum::RawImage {
                 channels: pixels.channels as u32,
                 height: pixels.height as u32,
                 width: pixels.width as u32,
-                planar: &planar,
+                interleaved: &pixels.data,
             },
             label,
         )
