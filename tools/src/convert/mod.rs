@@ -160,6 +160,7 @@ fn convert_images(
     };
     pipeline::run(root, &entries, &opts, args.threads(), &mut sink)?;
     writer.commit()?;
+    writer::sync(&env)?;
     let written = writer.written;
     progress.finish();
     let rate = progress.rate();
@@ -216,6 +217,7 @@ fn convert_hdf5(args: &Args, file: &Path, out: &Path) -> Result<(), ConvertError
         Ok(())
     })?;
     writer.commit()?;
+    writer::sync(&env)?;
     let written = writer.written;
     progress.finish();
     drop(writer);

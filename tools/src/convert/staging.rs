@@ -67,6 +67,12 @@ impl Staging {
         }
         std::fs::rename(&self.temp, &self.out).map_err(|e| ConvertError::output(&self.out, e))?;
         self.committed = true;
+        // The rename is durable once the directory holding it is synced.
+        if let Some(parent) = self.temp.parent() {
+            std::fs::File::open(parent)
+                .and_then(|dir| dir.sync_all())
+                .map_err(|e| ConvertError::output(parent, e))?;
+        }
         Ok(())
     }
 }

@@ -2,10 +2,15 @@
 //! links), in key order: with ascending keys every put is an append
 //! (`MDB_APPEND`), so leaves fill completely and overflow runs follow
 //! each other in key order, one transaction per `commit_every` records.
+//!
+//! Commits do not wait for the disk (`MDB_NOSYNC`): the database is only
+//! a temporary until it is complete, so intermediate durability buys
+//! nothing, and the kernel writes pages back while decoding goes on. One
+//! `mdb_env_sync` at the end makes it durable before it is renamed.
 
 use std::path::Path;
 
-use lmdb::{Database, Environment, RwTransaction, Transaction, WriteFlags};
+use lmdb::{Database, Environment, EnvironmentFlags, RwTransaction, Transaction, WriteFlags};
 
 use super::ConvertError;
 
@@ -26,8 +31,15 @@ pub struct LmdbWriter<'env> {
 pub fn open_env(dir: &Path) -> Result<Environment, ConvertError> {
     Environment::new()
         .set_map_size(MAP_SIZE)
+        .set_flags(EnvironmentFlags::NO_SYNC)
         .open(dir)
         .map_err(|e| ConvertError::Output(format!("{}: opening LMDB: {e}", dir.display())))
+}
+
+/// Everything committed so far, on disk.
+pub fn sync(env: &Environment) -> Result<(), ConvertError> {
+    env.sync(true)
+        .map_err(|e| ConvertError::Output(format!("syncing LMDB: {e}")))
 }
 
 impl<'env> LmdbWriter<'env> {
