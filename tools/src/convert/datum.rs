@@ -32,6 +32,16 @@ pub fn raw(image: &RawImage<'_>, label: i32) -> Vec<u8> {
     let channels = image.channels.max(1) as usize;
     if channels == 1 {
         planes.copy_from_slice(image.interleaved);
+    } else if channels == 3 {
+        // The common case, written so it compiles to a tight loop.
+        let (p0, rest) = planes.split_at_mut(len / 3);
+        let (p1, p2) = rest.split_at_mut(len / 3);
+        let pixels = image.interleaved.chunks_exact(3);
+        for (((px, a), b), c) in pixels.zip(p0).zip(p1.iter_mut()).zip(p2.iter_mut()) {
+            *a = px[0];
+            *b = px[1];
+            *c = px[2];
+        }
     } else {
         let plane = len / channels;
         for (i, px) in image.interleaved.chunks_exact(channels).enumerate() {

@@ -6,6 +6,7 @@
 //! one ordered `writer` into a `staging` directory renamed onto OUT at the
 //! end; `progress` and `interrupt` around it.
 
+mod allocator;
 mod args;
 mod datum;
 mod decode;
@@ -67,6 +68,7 @@ pub fn run(args: &Args) -> Result<(), ConvertError> {
         ));
     }
     interrupt::install();
+    allocator::keep_buffers_in_heap();
     match source {
         Source::Hdf5 { file } => convert_hdf5(args, &file, &out),
         Source::List { root, list } => {
