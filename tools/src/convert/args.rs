@@ -51,7 +51,8 @@ pub struct Args {
     /// first.
     #[arg(long, alias = "check_size")]
     pub check_size: bool,
-    /// Decoding threads (default: all cores).
+    /// Decoding threads (default: all cores); two reader threads and the
+    /// writer run beside them.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Records per write transaction (convert_imageset: 1000).

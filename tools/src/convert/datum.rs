@@ -26,29 +26,11 @@ pub fn raw(image: &RawImage<'_>, label: i32) -> Vec<u8> {
     put_varint_field(&mut out, 3, image.width as u64);
     out.push(tag(4, WIRE_LEN));
     put_varint(&mut out, len as u64);
-    let start = out.len();
-    out.resize(start + len, 0);
-    let planes = &mut out[start..];
     let channels = image.channels.max(1) as usize;
-    if channels == 1 {
-        planes.copy_from_slice(image.interleaved);
-    } else if channels == 3 {
-        // The common case, written so it compiles to a tight loop.
-        let (p0, rest) = planes.split_at_mut(len / 3);
-        let (p1, p2) = rest.split_at_mut(len / 3);
-        let pixels = image.interleaved.chunks_exact(3);
-        for (((px, a), b), c) in pixels.zip(p0).zip(p1.iter_mut()).zip(p2.iter_mut()) {
-            *a = px[0];
-            *b = px[1];
-            *c = px[2];
-        }
-    } else {
-        let plane = len / channels;
-        for (i, px) in image.interleaved.chunks_exact(channels).enumerate() {
-            for (c, &v) in px.iter().enumerate() {
-                planes[c * plane + i] = v;
-            }
-        }
+    // One pass per plane, appending: no zero-fill, no index checks.
+    for c in 0..channels {
+        let plane = image.interleaved.chunks_exact(channels).map(|px| px[c]);
+        out.extend(plane);
     }
     put_varint_field(&mut out, 5, label as i64 as u64);
     put_varint_field(&mut out, 7, 0);

@@ -4,7 +4,7 @@
 //! inputs (`list`, `folders`, `hdf5_input`) → `entries` → `pipeline`
 //! (readers → decoders running `record`: `decode`, `resize`, `datum`) →
 //! one ordered `writer` into a `staging` directory renamed onto OUT at the
-//! end; `progress` and `interrupt` around it.
+//! end; `progress`, `interrupt` and `allocator` around it.
 
 mod allocator;
 mod args;
