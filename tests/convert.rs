@@ -474,6 +474,29 @@ fn hdf5_round_trip() {
             }
         }
     }
+    // N×D data: D channels of 1×1, as HDF5Data's flat features.
+    let path = dir.path().join("flat.h5");
+    let file = hdf5_metno::File::create(&path).unwrap();
+    let flat: Vec<f64> = (0..12).map(|i| i as f64 / 2.0).collect();
+    file.new_dataset_builder()
+        .with_data(&ndarray::Array::from_shape_vec([2, 6], flat).unwrap())
+        .create("data")
+        .unwrap();
+    file.new_dataset_builder()
+        .with_data(&ndarray::Array::from_shape_vec([2], vec![3u8, 4]).unwrap())
+        .create("label")
+        .unwrap();
+    drop(file);
+    let out = dir.path().join("flatdb");
+    lmdbio_ok(&["--hdf5", path.to_str().unwrap(), out.to_str().unwrap()]);
+    let records = read_db(&out);
+    let d = parse_datum(&records[1].1);
+    assert_eq!(
+        (d.channels, d.height, d.width, d.label),
+        (Some(6), Some(1), Some(1), Some(4))
+    );
+    assert_eq!(d.float_data, [3.0, 3.5, 4.0, 4.5, 5.0, 5.5]);
+
     // A label that is not an integer is refused, naming the row.
     let path = dir.path().join("bad.h5");
     let file = hdf5_metno::File::create(&path).unwrap();

@@ -37,8 +37,8 @@ pub struct Args {
     /// Store the image file's bytes (`encoded=true`) instead of pixels.
     #[arg(long)]
     pub encoded: bool,
-    /// With --encoded: re-encode every image as jpg or png (needed when
-    /// resizing or when the files have other formats).
+    /// With --encoded: re-encode every image as jpg or png (default: keep
+    /// each file's bytes; after --resize, re-encode in the file's format).
     #[arg(long, alias = "encode_type", value_name = "jpg|png")]
     pub encode_type: Option<String>,
     /// Shuffle the lines before numbering them.
