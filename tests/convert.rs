@@ -178,6 +178,41 @@ fn mixed_lossless_set(root: &Path) -> Vec<(String, i32)> {
     let jpeg = std::fs::read(&jpeg_path).unwrap();
     std::fs::write(root.join("cut.jpg"), &jpeg[..300]).unwrap();
     add("cut.jpg".into(), 0);
+    // 16-bit samples (OpenCV keeps the high byte) and grey with alpha.
+    // Low byte 0x90: truncating and rounding to 8 bits disagree.
+    let bytes16: Vec<u8> = sample_rgb(44, 11, 9)
+        .iter()
+        .flat_map(|&v| ((v as u16) << 8 | 0x90).to_ne_bytes())
+        .collect();
+    image::save_buffer(
+        root.join("rgb16.png"),
+        &bytes16,
+        11,
+        9,
+        image::ExtendedColorType::Rgb16,
+    )
+    .unwrap();
+    add("rgb16.png".into(), 1);
+    let grey16: Vec<u8> = bytes16[..11 * 9 * 2].to_vec();
+    image::save_buffer(
+        root.join("grey16.png"),
+        &grey16,
+        11,
+        9,
+        image::ExtendedColorType::L16,
+    )
+    .unwrap();
+    add("grey16.png".into(), 2);
+    let grey_alpha: Vec<u8> = sample_rgb(45, 10, 10)[..200].to_vec();
+    image::save_buffer(
+        root.join("greyalpha.png"),
+        &grey_alpha,
+        10,
+        10,
+        image::ExtendedColorType::La8,
+    )
+    .unwrap();
+    add("greyalpha.png".into(), 3);
     lines
 }
 
@@ -230,11 +265,15 @@ fn records_are_byte_identical_to_convert_imageset() {
         let (t, o) = (read_db(&theirs), read_db(&ours));
         assert_eq!(
             t.len(),
-            9,
+            12,
             "{our_flags:?}: convert_imageset wrote {}",
             t.len()
         );
-        assert_eq!(t.len(), o.len(), "{our_flags:?}: record counts differ");
+        assert_eq!(
+            t.len(),
+            o.len(),
+            "{our_flags:?}: record counts differ: {stderr}"
+        );
         for ((tk, tv), (ok, ov)) in t.iter().zip(&o) {
             let key = String::from_utf8_lossy(tk);
             assert_eq!(tk, ok, "{our_flags:?}: keys differ");

@@ -35,6 +35,16 @@ pub fn decode(bytes: &[u8], gray: bool) -> Result<Pixels, String> {
     }
     let image = image::load_from_memory_with_format(bytes, format).map_err(|e| e.to_string())?;
     let (width, height) = (image.width() as usize, image.height() as usize);
+    if gray && format == ImageFormat::Png {
+        if let Some(data) = libpng_gray16(&image) {
+            return Ok(Pixels {
+                channels: 1,
+                height,
+                width,
+                data,
+            });
+        }
+    }
     let rgb = rgb8(image);
     let data = if gray {
         let to_gray = match format {
@@ -130,6 +140,25 @@ fn libpng_gray(r: u8, g: u8, b: u8) -> u8 {
         return r;
     }
     ((RED * r as u32 + GREEN * g as u32 + BLUE * b as u32) >> 15) as u8
+}
+
+/// 16-bit colour PNGs go grey before they lose their low byte (libpng
+/// converts first, rounding, then `png_set_strip_16` keeps the high byte).
+fn libpng_gray16(image: &DynamicImage) -> Option<Vec<u8>> {
+    const RED: u32 = 29_900 * 32_768 / 100_000;
+    const GREEN: u32 = 58_700 * 32_768 / 100_000;
+    const BLUE: u32 = 32_768 - RED - GREEN;
+    let (samples, stride) = match image {
+        DynamicImage::ImageRgb16(i) => (i.as_raw(), 3),
+        DynamicImage::ImageRgba16(i) => (i.as_raw(), 4),
+        _ => return None,
+    };
+    let gray = samples.chunks_exact(stride).map(|p| {
+        let (r, g, b) = (p[0] as u32, p[1] as u32, p[2] as u32);
+        let gray16 = (RED * r + GREEN * g + BLUE * b + 16_384) >> 15;
+        (gray16 >> 8) as u8
+    });
+    Some(gray.collect())
 }
 
 /// OpenCV's `icvCvt_BGR2Gray_8u_C3C1R` (0.299, 0.587, 0.114 in 14 bits).
