@@ -213,6 +213,12 @@ fn mixed_lossless_set(root: &Path) -> Vec<(String, i32)> {
     )
     .unwrap();
     add("greyalpha.png".into(), 3);
+    // Grey BMP (8-bit palette) and PGM.
+    let grey: Vec<u8> = sample_rgb(46, 13, 7).iter().step_by(3).copied().collect();
+    write_image(&root.join("grey.bmp"), &grey, 13, 7, 1);
+    add("grey.bmp".into(), 4);
+    write_image(&root.join("grey.pgm"), &grey, 13, 7, 1);
+    add("grey.pgm".into(), 5);
     lines
 }
 
@@ -265,7 +271,7 @@ fn records_are_byte_identical_to_convert_imageset() {
         let (t, o) = (read_db(&theirs), read_db(&ours));
         assert_eq!(
             t.len(),
-            12,
+            14,
             "{our_flags:?}: convert_imageset wrote {}",
             t.len()
         );
