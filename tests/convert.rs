@@ -309,7 +309,18 @@ fn pixel_difference(a: &[u8], b: &[u8]) -> (u8, f64) {
 fn jpeg_pixels_within_decoder_tolerance() {
     let dir = TempDir::new().unwrap();
     let root = dir.path().join("jpegs");
-    let lines = write_class_folders(&root, 2, 6, 48, "jpg", 7);
+    let mut lines = write_class_folders(&root, 2, 6, 48, "jpg", 7);
+    // A 40×24 JPEG tagged "rotate 90° clockwise" (EXIF orientation 6):
+    // imread turns it upright, so the record must be 24 wide, 40 high.
+    let plain = root.join("plain.jpg");
+    write_image(&plain, &sample_rgb(8, 40, 24), 40, 24, 3);
+    let jpeg = std::fs::read(&plain).unwrap();
+    let mut exif = vec![0xFF, 0xE1, 0, 34];
+    exif.extend_from_slice(b"Exif\0\0II\x2a\0\x08\0\0\0");
+    exif.extend_from_slice(&[1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0]);
+    let rotated = [&jpeg[..2], &exif, &jpeg[2..]].concat();
+    std::fs::write(root.join("rotated.jpg"), rotated).unwrap();
+    lines.push(("rotated.jpg".into(), 1));
     let list = dir.path().join("list.txt");
     write_list(&list, &lines);
     for (flags, our_flags, max_allowed) in [
@@ -341,6 +352,9 @@ fn jpeg_pixels_within_decoder_tolerance() {
         for ((tk, tv), (ok, ov)) in t.iter().zip(&o) {
             assert_eq!(tk, ok);
             let (td, od) = (parse_datum(tv), parse_datum(ov));
+            if tk.ends_with(b"rotated.jpg") && our_flags.is_empty() {
+                assert_eq!((td.width, td.height), (Some(24), Some(40)));
+            }
             assert_eq!(
                 (td.channels, td.height, td.width, td.label),
                 (od.channels, od.height, od.width, od.label)

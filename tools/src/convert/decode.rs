@@ -11,7 +11,10 @@
 //! docs/PERFORMANCE.md, "Convert (issue 7)"). 16-bit samples keep their
 //! high byte, as `png_set_strip_16` does.
 
-use image::{DynamicImage, ImageFormat};
+use std::io::Cursor;
+
+use image::metadata::Orientation;
+use image::{DynamicImage, GrayImage, ImageDecoder, ImageFormat};
 
 /// Interleaved pixels (row-major, channel-last), like a `cv::Mat`.
 pub struct Pixels {
@@ -30,10 +33,25 @@ pub fn decode(bytes: &[u8], gray: bool) -> Result<Pixels, String> {
     ) {
         return Err(format!("{format:?} images are not supported"));
     }
+    // OpenCV's imread turns JPEGs upright by their EXIF orientation.
+    let orientation = if format == ImageFormat::Jpeg {
+        jpeg_orientation(bytes)
+    } else {
+        Orientation::NoTransforms
+    };
     if gray && format == ImageFormat::Jpeg {
-        return jpeg_luma(bytes);
+        let mut luma = DynamicImage::ImageLuma8(jpeg_luma(bytes)?);
+        luma.apply_orientation(orientation);
+        return Ok(Pixels {
+            channels: 1,
+            height: luma.height() as usize,
+            width: luma.width() as usize,
+            data: luma.into_bytes(),
+        });
     }
-    let image = image::load_from_memory_with_format(bytes, format).map_err(|e| e.to_string())?;
+    let mut image =
+        image::load_from_memory_with_format(bytes, format).map_err(|e| e.to_string())?;
+    image.apply_orientation(orientation);
     let (width, height) = (image.width() as usize, image.height() as usize);
     if gray && format == ImageFormat::Png {
         if let Some(data) = libpng_gray16(&image) {
@@ -76,7 +94,7 @@ pub fn decode(bytes: &[u8], gray: bool) -> Result<Pixels, String> {
 
 /// libjpeg's grey output: the luma channel as coded, with no colour
 /// round trip (zune-jpeg's YCbCr → Luma does the same).
-fn jpeg_luma(bytes: &[u8]) -> Result<Pixels, String> {
+fn jpeg_luma(bytes: &[u8]) -> Result<GrayImage, String> {
     use zune_core::bytestream::ZCursor;
     use zune_core::colorspace::ColorSpace;
     use zune_core::options::DecoderOptions;
@@ -84,19 +102,17 @@ fn jpeg_luma(bytes: &[u8]) -> Result<Pixels, String> {
     let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
     let data = decoder.decode().map_err(|e| format!("{e:?}"))?;
     let info = decoder.info().ok_or("JPEG headers missing")?;
-    let (width, height) = (info.width as usize, info.height as usize);
-    if data.len() != width * height {
-        return Err(format!(
-            "JPEG decoded to {} bytes for {width}x{height} grey",
-            data.len()
-        ));
-    }
-    Ok(Pixels {
-        channels: 1,
-        height,
-        width,
-        data,
-    })
+    let (width, height) = (info.width as u32, info.height as u32);
+    let len = data.len();
+    GrayImage::from_raw(width, height, data)
+        .ok_or_else(|| format!("JPEG decoded to {len} bytes for {width}x{height} grey"))
+}
+
+/// The EXIF orientation of a JPEG; none when it has no (readable) EXIF.
+fn jpeg_orientation(bytes: &[u8]) -> Orientation {
+    image::codecs::jpeg::JpegDecoder::new(Cursor::new(bytes))
+        .and_then(|mut decoder| decoder.orientation())
+        .unwrap_or(Orientation::NoTransforms)
 }
 
 /// RGB bytes, grey replicated, alpha dropped, 16-bit samples truncated to
