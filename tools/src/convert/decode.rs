@@ -110,9 +110,32 @@ fn jpeg_luma(bytes: &[u8]) -> Result<GrayImage, String> {
 
 /// The EXIF orientation of a JPEG; none when it has no (readable) EXIF.
 fn jpeg_orientation(bytes: &[u8]) -> Orientation {
+    if !has_exif_segment(bytes) {
+        return Orientation::NoTransforms;
+    }
     image::codecs::jpeg::JpegDecoder::new(Cursor::new(bytes))
         .and_then(|mut decoder| decoder.orientation())
         .unwrap_or(Orientation::NoTransforms)
+}
+
+/// Walks the JPEG's marker segments up to the first scan looking for an
+/// `APP1 Exif` one, so files without EXIF skip a second header parse.
+fn has_exif_segment(bytes: &[u8]) -> bool {
+    const APP1: u8 = 0xE1;
+    const SOS: u8 = 0xDA;
+    let mut at = 2;
+    while at + 4 <= bytes.len() && bytes[at] == 0xFF {
+        let marker = bytes[at + 1];
+        if marker == SOS {
+            return false;
+        }
+        if marker == APP1 && bytes[at + 4..].starts_with(b"Exif") {
+            return true;
+        }
+        let len = u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
+        at += 2 + len;
+    }
+    false
 }
 
 /// RGB bytes, grey replicated, alpha dropped, 16-bit samples truncated to
