@@ -576,6 +576,18 @@ fn hdf5_round_trip() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("label 1 is 0.5"), "{err}");
+    let x = dir.path().join("x");
+    let out = lmdbio(&[
+        "--hdf5",
+        path.to_str().unwrap(),
+        "--gray",
+        x.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--gray applies to images"),
+        "{err}"
+    );
     assert!(!dir.path().join("x").exists());
 }
 

@@ -201,6 +201,19 @@ fn convert_images(
 }
 
 fn convert_hdf5(args: &Args, file: &Path, out: &Path) -> Result<(), ConvertError> {
+    let image_options = [
+        ("--gray", args.gray),
+        ("--encoded", args.encoded),
+        ("--encode-type", args.encode_type.is_some()),
+        ("--resize", args.resize()?.is_some()),
+        ("--shuffle", args.shuffle),
+        ("--check-size", args.check_size),
+    ];
+    if let Some((name, _)) = image_options.iter().find(|(_, set)| *set) {
+        return Err(ConvertError::Usage(format!(
+            "{name} applies to images, not to --hdf5 (rows are stored as they are)"
+        )));
+    }
     let source = hdf5_input::Hdf5Source::open(file)?;
     if source.len() == 0 {
         return Err(ConvertError::Input(format!("{}: no rows", file.display())));
