@@ -11,6 +11,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
+use super::progress::Progress;
 use super::report::Measurement;
 use super::{engine_options, hex, steps_for_epochs, Args};
 use crate::CommandError;
@@ -59,7 +60,9 @@ pub fn run(
         ..Default::default()
     };
     let mut checksum = 0u64;
-    for _ in first_step..last {
+    let mut progress = Progress::new("lmdbio", args.progress, world.rank());
+    for step in first_step..last {
+        progress.update(step - first_step, last - first_step, m.delivered_bytes);
         let batch = engine.next_batch()?;
         for (i, rec) in batch.records().iter().enumerate() {
             let value = batch.value(i);

@@ -5,6 +5,7 @@
 
 mod engine_method;
 mod lmdb_methods;
+mod progress;
 mod raw;
 mod report;
 mod sys;
@@ -55,7 +56,8 @@ pub struct Args {
     /// Drop the data file from the page cache before each method.
     #[arg(long)]
     cold: bool,
-    /// A line on stderr (rank 0) as each method finishes.
+    /// Lines on stderr (rank 0): every few seconds during a method, and as
+    /// each method finishes.
     #[arg(long)]
     progress: bool,
     /// Named database instead of the main one.
