@@ -10,7 +10,8 @@
 #   RANKS      rank counts             (default "1 2 4 8")
 #   PER_NODE   ranks per virtual node  (default "1 2"; skipped when > P)
 #   METHODS    bench methods           (default "raw raw-node lmdb-skip lmdb-walk lmdbio")
-#   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold")
+#   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold --repeat $REPEAT")
+#   REPEAT     runs of each method per grid point, medians reported (default 3)
 #   MPIEXEC    launcher                (default mpiexec.mpich)
 #   LMDBIO     the lmdbio binary       (default target/release/lmdbio, built if missing)
 #   TITLE      plot title
@@ -26,7 +27,7 @@ out=$2
 ranks=${RANKS:-1 2 4 8}
 per_node=${PER_NODE:-1 2}
 methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio}
-bench_args=${BENCH_ARGS:---batch 64 --cold}
+bench_args=${BENCH_ARGS:---batch 64 --cold --repeat ${REPEAT:-3}}
 mpiexec=${MPIEXEC:-mpiexec.mpich}
 lmdbio=${LMDBIO:-target/release/lmdbio}
 

@@ -63,6 +63,11 @@ pub struct Args {
     /// Named database instead of the main one.
     #[arg(short = 's', value_name = "NAME")]
     subdb: Option<String>,
+    /// Run the whole list of methods N times, rotating its order each
+    /// time, and report each method's median run (every run is kept in the
+    /// JSON): on a shared machine one run of each says little.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat: usize,
     /// Epochs to read (every record of an epoch once across all ranks).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
@@ -164,13 +169,20 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     };
     let ctx = report::Context::new(&world, args.ranks_per_node);
     let mut runs = Vec::new();
-    for (n, &method) in methods.iter().enumerate() {
+    let repeat = args.repeat.max(1);
+    let total = methods.len() * repeat;
+    for n in 0..total {
+        // Rotate the order each repetition so no method always follows
+        // the same one (page cache, disk and thermal state carry over).
+        let (rep, i) = (n / methods.len(), n % methods.len());
+        let method = methods[(i + rep) % methods.len()];
         let cache = if args.cold {
             Some(sys::drop_cache(&args.db, &ctx)?)
         } else {
             None
         };
-        let trace_dir = args.trace.as_ref().map(|d| {
+        // Traces are written by the first repetition only.
+        let trace_dir = args.trace.as_ref().filter(|_| rep == 0).map(|d| {
             if methods.len() > 1 {
                 d.join(method.name())
             } else {
@@ -196,18 +208,20 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         runs.push(ctx.summarise(method.name(), args.epochs, &m, process, cache));
         if world.rank() == 0 && args.progress {
             eprintln!(
-                "bench: {} of {} methods done ({})",
+                "bench: {} of {} method runs done ({})",
                 n + 1,
-                methods.len(),
+                total,
                 method.name()
             );
         }
     }
+    let mut medians = report::medians(&runs, &methods);
+    report::add_ratios(&mut medians);
     report::add_ratios(&mut runs);
     if world.rank() == 0 {
-        report::print_table(&runs);
+        report::print_table(&medians);
         if let Some(path) = &args.json {
-            let doc = serde_json::json!({ "runs": runs });
+            let doc = serde_json::json!({ "repeat": repeat, "runs": medians, "all_runs": runs });
             std::fs::write(
                 path,
                 serde_json::to_vec_pretty(&doc).map_err(std::io::Error::other)?,

@@ -96,6 +96,7 @@ impl<'w> Context<'w> {
         let seconds = self.max(m.seconds);
         let bytes = self.sum(m.delivered_bytes as f64);
         let nodes = self.nodes.max(1) as f64;
+        let mb_per_s = bytes / 1e6 / seconds.max(1e-9);
         Run {
             method,
             ranks: self.world.size() as usize,
@@ -103,7 +104,7 @@ impl<'w> Context<'w> {
             nodes: self.nodes,
             records: m.records_in_db,
             epochs,
-            mb_per_s: bytes / 1e6 / seconds.max(1e-9),
+            mb_per_s,
             records_per_s: self.sum(m.records as f64) / seconds.max(1e-9),
             time_to_first_batch_s: self.max(m.first_s),
             seconds,
@@ -118,6 +119,9 @@ impl<'w> Context<'w> {
             cache_drop: cache,
             ratio_to_raw: None,
             ratio_to_lmdb_skip: None,
+            repeats: 1,
+            mb_per_s_min: mb_per_s,
+            mb_per_s_max: mb_per_s,
         }
     }
 }
@@ -148,6 +152,37 @@ pub struct Run {
     pub cache_drop: Option<String>,
     pub ratio_to_raw: Option<f64>,
     pub ratio_to_lmdb_skip: Option<f64>,
+    /// Runs of this method in the invocation (`--repeat`), and the range
+    /// of their throughput; the row itself is the median run.
+    pub repeats: usize,
+    pub mb_per_s_min: f64,
+    pub mb_per_s_max: f64,
+}
+
+/// One row per method, in `methods` order: the run with the median
+/// throughput (the lower middle one for an even count), so every field of
+/// the row comes from one real run.
+pub fn medians(runs: &[Run], methods: &[super::Method]) -> Vec<Run> {
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for m in methods {
+        let name = m.name();
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let mut mine: Vec<&Run> = runs.iter().filter(|r| r.method == name).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        mine.sort_by(|a, b| a.mb_per_s.total_cmp(&b.mb_per_s));
+        let mut row = mine[(mine.len() - 1) / 2].clone();
+        row.repeats = mine.len();
+        row.mb_per_s_min = mine[0].mb_per_s;
+        row.mb_per_s_max = mine[mine.len() - 1].mb_per_s;
+        out.push(row);
+    }
+    out
 }
 
 /// Ratios to the storage limit (the better raw variant) and to lmdb-skip,
@@ -206,6 +241,15 @@ pub fn print_table(runs: &[Run]) {
             ratio(r.ratio_to_raw),
             ratio(r.ratio_to_lmdb_skip)
         );
+    }
+    if runs.iter().any(|r| r.repeats > 1) {
+        println!("medians of repeated runs; MB/s ranges:");
+        for r in runs {
+            println!(
+                "  {:<10} {:>8.1} .. {:<8.1} ({} runs)",
+                r.method, r.mb_per_s_min, r.mb_per_s_max, r.repeats
+            );
+        }
     }
     if let Some(c) = runs.first().and_then(|r| r.cache_drop.as_ref()) {
         println!("cold runs: {c} before each method");
