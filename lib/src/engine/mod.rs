@@ -313,7 +313,14 @@ impl Engine {
         let is_reader = node.rank() < options.readers_per_node;
         let is_master = node.rank() == 0;
         let readers = world.split(is_reader.then_some(0), world.rank())?;
-        let masters = world.split(is_master.then_some(0), world.rank())?;
+        // With one reader per node the masters are the readers: a dup of
+        // their communicator (non-blocking) instead of a second split of
+        // the world (blocking, and slow when ranks outnumber cores).
+        let masters = if options.readers_per_node == 1 {
+            readers.as_ref().map(|r| Comm::dup(r.raw())).transpose()?
+        } else {
+            world.split(is_master.then_some(0), world.rank())?
+        };
         let members: Vec<u64> = node
             .allgather_i64(&[world.rank() as i64])?
             .into_iter()
