@@ -238,6 +238,73 @@ fn only_readers_open_the_file_and_each_byte_is_read_once() {
     );
 }
 
+/// Issue 5's I/O shape: per node one file open and one reading rank, and
+/// requests no more than the coalescing target allows (each round and each
+/// index read may end a run early).
+#[test]
+fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
+    let fx = kit::overflow_only(120, 91);
+    let json_dir = kit::TempDir::new().unwrap();
+    let json = json_dir.path().join("run.json");
+    let target: u64 = 1 << 20;
+    let target_arg = target.to_string();
+    let out = mpiexec(
+        4,
+        &[
+            "--ranks-per-node",
+            "2",
+            "--batch",
+            "6",
+            "--coalesce",
+            &target_arg,
+            "--json",
+            json.to_str().unwrap(),
+            "--method",
+            "lmdbio",
+            "--method",
+            "raw",
+            fx.path.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let run = |m: &str| {
+        doc["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["method"] == m)
+            .unwrap()
+            .clone()
+    };
+    let lmdbio = run("lmdbio");
+    let f = |k: &str| lmdbio[k].as_f64().unwrap();
+    assert_eq!(f("file_opens_per_node"), 1.0);
+    assert_eq!(
+        f("reading_ranks_per_node"),
+        1.0,
+        "only the node's reader reads"
+    );
+    // The raw baseline's every-rank variant has both ranks of a node read.
+    assert_eq!(run("raw")["reading_ranks_per_node"].as_f64(), Some(2.0));
+    let bound = f("bytes_read_per_node") / target as f64
+        + lmdbio["rounds"].as_f64().unwrap()
+        + f("index_read_requests_per_node");
+    let requests = f("read_requests_per_node");
+    assert!(
+        requests <= bound.ceil(),
+        "{requests} requests per node, more than the coalescing bound {bound:.1}"
+    );
+    assert!(
+        requests >= f("bytes_read_per_node") / target as f64,
+        "runs longer than the target?"
+    );
+}
+
 fn assert_every_rank_fails(out: &Output, n: usize, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "expected failure; stderr: {stderr}");

@@ -112,5 +112,7 @@ pub fn run(
     m.bytes_read = c.bytes_read;
     m.read_requests = c.read_requests;
     m.file_opens = c.file_opens;
+    m.index_read_requests = c.index_read_requests;
+    m.rounds = c.rounds;
     Ok(m)
 }

@@ -21,6 +21,11 @@ pub struct Measurement {
     /// Read requests (mmap readers: major page faults).
     pub read_requests: u64,
     pub file_opens: u64,
+    /// Of `read_requests`, those that read the tree for the index
+    /// (lmdbio only).
+    pub index_read_requests: u64,
+    /// Collective read rounds (lmdbio only): each may end a coalesced run.
+    pub rounds: u64,
 }
 
 /// The job's shape, for per-node figures.
@@ -112,6 +117,9 @@ impl<'w> Context<'w> {
             bytes_read_per_node: self.sum(m.bytes_read as f64) / nodes,
             read_requests_per_node: self.sum(m.read_requests as f64) / nodes,
             file_opens_per_node: self.sum(m.file_opens as f64) / nodes,
+            reading_ranks_per_node: self.sum(f64::from(u8::from(m.read_requests > 0))) / nodes,
+            index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
+            rounds: self.max(m.rounds as f64) as u64,
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
             major_faults_per_rank: self.max(process.major_faults as f64),
             minor_faults_per_rank: self.max(process.minor_faults as f64),
@@ -142,6 +150,10 @@ pub struct Run {
     pub bytes_read_per_node: f64,
     pub read_requests_per_node: f64,
     pub file_opens_per_node: f64,
+    /// Ranks per node that issued any file read.
+    pub reading_ranks_per_node: f64,
+    pub index_read_requests_per_node: f64,
+    pub rounds: u64,
     /// What the kernel read from storage for the node's ranks.
     pub storage_read_bytes_per_node: f64,
     pub major_faults_per_rank: f64,
