@@ -12,7 +12,8 @@ mod sys;
 use std::path::PathBuf;
 
 use lmdbio::engine::EngineOptions;
-use lmdbio::schedule::{Partition, Schedule, Tail};
+use lmdbio::resume::JobSchedule;
+use lmdbio::schedule::{Partition, Tail};
 use lmdbio::CoalesceOptions;
 use mpi::traits::*;
 
@@ -105,12 +106,17 @@ pub struct Args {
     /// Stop after this many batches per rank (then --save-cursor).
     #[arg(long, value_name = "BATCHES")]
     stop_after: Option<u64>,
-    /// Write every rank's cursor to FILE when the run ends.
+    /// Write the job cursor (every rank's cursor, gathered; rank 0 writes)
+    /// to FILE when the run ends.
     #[arg(long, value_name = "FILE")]
     save_cursor: Option<PathBuf>,
-    /// Continue from the cursors in FILE (written by --save-cursor).
+    /// Continue from the job cursor in FILE (written by --save-cursor).
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
+    /// With --resume on another rank count: split the records of the
+    /// current epoch nobody received yet among this run's ranks.
+    #[arg(long, requires = "resume")]
+    repartition: bool,
     /// Steps read ahead per round.
     #[arg(long, value_name = "N", default_value_t = 4)]
     prefetch: usize,
@@ -254,20 +260,23 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         shuffle_chunk: args.shuffle_chunk,
         shuffle_window_chunks: args.shuffle_window,
         resume: None,
+        resume_job: None,
+        repartition: false,
     })
 }
 
 /// Steps every rank must take so that every record of epochs `0..epochs`
 /// reaches its rank (collective calls: all ranks take the same number).
-pub(crate) fn steps_for_epochs(s: &Schedule, epochs: u64) -> u64 {
-    if s.records == 0 {
+pub(crate) fn steps_for_epochs(s: &JobSchedule, epochs: u64) -> u64 {
+    if s.records() == 0 {
         return epochs;
     }
     let done = |rank: u64, t: u64| {
         let slots = s.batch_slots(rank, t);
-        slots.is_empty() && s.tail == Tail::Wrap || slots.first().is_some_and(|x| x.epoch >= epochs)
+        slots.is_empty() && s.base().tail == Tail::Wrap
+            || slots.first().is_some_and(|x| x.epoch >= epochs)
     };
-    (0..s.ranks)
+    (0..s.ranks())
         .map(|rank| {
             // Slots never go back an epoch, so search for the first step
             // that starts at or past `epochs`.
