@@ -17,10 +17,12 @@ use crate::CommandError;
 
 pub fn run(
     args: &Args,
+    shuffle_seed: Option<u64>,
     world: &SimpleCommunicator,
     trace_dir: Option<&Path>,
 ) -> Result<Measurement, CommandError> {
     let mut options = engine_options(args)?;
+    options.shuffle_seed = shuffle_seed;
     if let Some(path) = &args.resume {
         // Every rank reads the same file, so every rank reaches the same
         // verdict and none is left waiting in a collective call.

@@ -23,6 +23,9 @@ use crate::CommandError;
 pub enum Method {
     /// lmdbio's engine.
     Lmdbio,
+    /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
+    /// 1): to compare with unshuffled reading in the same invocation.
+    LmdbioShuffled,
     /// liblmdb's mmap cursor, every rank scanning everything and keeping
     /// records i % P == rank (Caffe's multi-GPU Data layer).
     LmdbSkip,
@@ -40,6 +43,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Lmdbio => "lmdbio",
+            Method::LmdbioShuffled => "lmdbio-shuffled",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
@@ -183,7 +187,13 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         });
         let before = sys::ProcessCounters::now();
         let m = match method {
-            Method::Lmdbio => engine_method::run(args, &world, trace_dir.as_deref())?,
+            Method::Lmdbio => engine_method::run(args, args.shuffle, &world, trace_dir.as_deref())?,
+            Method::LmdbioShuffled => engine_method::run(
+                args,
+                Some(args.shuffle.unwrap_or(1)),
+                &world,
+                trace_dir.as_deref(),
+            )?,
             Method::LmdbSkip => {
                 lmdb_methods::run(args, &world, trace_dir.as_deref(), lmdb_methods::Walk::Skip)?
             }
