@@ -550,4 +550,74 @@ mod tests {
             }
         );
     }
+
+    fn job_cursor(ranks: u32, step: u64, database: DatabaseIdentity) -> JobCursor {
+        let cursors = (0..ranks)
+            .map(|rank| Cursor {
+                rank,
+                ranks,
+                partition: Partition::Strided,
+                tail: Tail::Wrap,
+                batch: 4,
+                shuffle: None,
+                step,
+                epoch: 0,
+                position: 0,
+                database,
+                after_repartition: false,
+            })
+            .collect();
+        JobCursor::new(Remainder::default(), cursors).unwrap()
+    }
+
+    #[test]
+    fn job_cursors_resume_exactly_or_repartition_only_when_asked() {
+        let db = DatabaseIdentity {
+            entries: 50,
+            txnid: 3,
+            page_size: 4096,
+        };
+        let base = |p| Schedule::new(50, p, 4, Partition::Strided, Tail::Wrap);
+        let job = job_cursor(3, 2, db);
+        // Same rank count: the same schedule, each rank at its step.
+        let (same, step) = from_job_cursor(&job, base(3), None, db, 1, false).unwrap();
+        assert_eq!((same, step), (JobSchedule::plain(base(3)), 2));
+        // Another rank count: refused unless asked, then the rest of
+        // epoch 0 (24 of 50 delivered) from step 0.
+        let e = from_job_cursor(&job, base(2), None, db, 0, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("taken on 3 ranks") && e.contains("re-partition"),
+            "{e}"
+        );
+        let (moved, step) = from_job_cursor(&job, base(2), None, db, 0, true).unwrap();
+        assert_eq!(step, 0);
+        assert_eq!(moved.remainder().records(), 26);
+        assert_eq!(moved.remainder().next_epoch, 1);
+        // Another database or another order: refused.
+        let other = DatabaseIdentity { txnid: 4, ..db };
+        let e = from_job_cursor(&job, base(2), None, other, 0, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("another database"), "{e}");
+        let shuffled = Some(Shuffle {
+            seed: 1,
+            chunk: 5,
+            window_chunks: 2,
+        });
+        let e = from_job_cursor(&job, base(2), shuffled, db, 0, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shuffle"), "{e}");
+        let contiguous = Schedule::new(50, 2, 4, Partition::Contiguous, Tail::Wrap);
+        assert!(from_job_cursor(&job, contiguous, None, db, 0, true).is_err());
+        // A rank cursor of a re-partitioned job cannot resume on its own.
+        let mut c = job.cursors[0];
+        c.after_repartition = true;
+        let e = from_rank_cursor(&c, base(3), None, db, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("job cursor"), "{e}");
+    }
 }
