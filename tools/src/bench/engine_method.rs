@@ -5,7 +5,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::Instant;
 
-use lmdbio::cursor::{Cursor, CURSOR_BYTES};
+use lmdbio::cursor::JobCursor;
 use lmdbio::engine::Engine;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -18,24 +18,20 @@ use crate::CommandError;
 
 pub fn run(
     args: &Args,
+    shuffle_seed: Option<u64>,
     world: &SimpleCommunicator,
     trace_dir: Option<&Path>,
 ) -> Result<Measurement, CommandError> {
     let mut options = engine_options(args)?;
+    options.shuffle_seed = shuffle_seed;
     if let Some(path) = &args.resume {
-        let bytes = std::fs::read(path)?;
         // Every rank reads the same file, so every rank reaches the same
-        // verdict here and none is left waiting in a collective call.
-        let saved = bytes.len() / CURSOR_BYTES;
-        if saved != world.size() as usize {
-            return Err(CommandError::Usage(format!(
-                "{}: holds cursors of {saved} ranks, this job has {} (re-partitioning to another rank count is not supported yet)",
-                path.display(),
-                world.size()
-            )));
-        }
-        let mine = &bytes[world.rank() as usize * CURSOR_BYTES..][..CURSOR_BYTES];
-        options.resume = Some(Cursor::decode(mine)?);
+        // verdict and none is left waiting in a collective call.
+        let bytes = std::fs::read(path)?;
+        let job = JobCursor::decode(&bytes)
+            .map_err(|e| CommandError::Usage(format!("{}: {e}", path.display())))?;
+        options.resume_job = Some(job);
+        options.repartition = args.repartition;
     }
     let opened = Instant::now();
     let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
@@ -99,11 +95,11 @@ pub fn run(
         t.flush()?;
     }
     if let Some(path) = &args.save_cursor {
-        let mine = engine.cursor().encode();
-        let mut all = vec![0u8; mine.len() * world.size() as usize];
-        world.all_gather_into(&mine[..], &mut all[..]);
+        // One file for the whole job, written by rank 0: every rank's
+        // cursor and the remainder this run started with.
+        let job = engine.job_cursor()?;
         if world.rank() == 0 {
-            std::fs::write(path, &all)?;
+            std::fs::write(path, job.encode())?;
         }
     }
     m.seconds = opened.elapsed().as_secs_f64();

@@ -13,7 +13,8 @@ mod sys;
 use std::path::PathBuf;
 
 use lmdbio::engine::EngineOptions;
-use lmdbio::schedule::{Partition, Schedule, Tail};
+use lmdbio::resume::JobSchedule;
+use lmdbio::schedule::{Partition, Tail};
 use lmdbio::CoalesceOptions;
 use mpi::traits::*;
 
@@ -23,6 +24,9 @@ use crate::CommandError;
 pub enum Method {
     /// lmdbio's engine.
     Lmdbio,
+    /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
+    /// 1): to compare with unshuffled reading in the same invocation.
+    LmdbioShuffled,
     /// liblmdb's mmap cursor, every rank scanning everything and keeping
     /// records i % P == rank (Caffe's multi-GPU Data layer).
     LmdbSkip,
@@ -40,6 +44,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Lmdbio => "lmdbio",
+            Method::LmdbioShuffled => "lmdbio-shuffled",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
@@ -112,12 +117,17 @@ pub struct Args {
     /// Stop after this many batches per rank (then --save-cursor).
     #[arg(long, value_name = "BATCHES")]
     stop_after: Option<u64>,
-    /// Write every rank's cursor to FILE when the run ends.
+    /// Write the job cursor (every rank's cursor, gathered; rank 0 writes)
+    /// to FILE when the run ends.
     #[arg(long, value_name = "FILE")]
     save_cursor: Option<PathBuf>,
-    /// Continue from the cursors in FILE (written by --save-cursor).
+    /// Continue from the job cursor in FILE (written by --save-cursor).
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
+    /// With --resume on another rank count: split the records of the
+    /// current epoch nobody received yet among this run's ranks.
+    #[arg(long, requires = "resume")]
+    repartition: bool,
     /// Steps read ahead per round.
     #[arg(long, value_name = "N", default_value_t = 4)]
     prefetch: usize,
@@ -191,7 +201,13 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         });
         let before = sys::ProcessCounters::now();
         let m = match method {
-            Method::Lmdbio => engine_method::run(args, &world, trace_dir.as_deref())?,
+            Method::Lmdbio => engine_method::run(args, args.shuffle, &world, trace_dir.as_deref())?,
+            Method::LmdbioShuffled => engine_method::run(
+                args,
+                Some(args.shuffle.unwrap_or(1)),
+                &world,
+                trace_dir.as_deref(),
+            )?,
             Method::LmdbSkip => {
                 lmdb_methods::run(args, &world, trace_dir.as_deref(), lmdb_methods::Walk::Skip)?
             }
@@ -270,20 +286,23 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         shuffle_chunk: args.shuffle_chunk,
         shuffle_window_chunks: args.shuffle_window,
         resume: None,
+        resume_job: None,
+        repartition: false,
     })
 }
 
 /// Steps every rank must take so that every record of epochs `0..epochs`
 /// reaches its rank (collective calls: all ranks take the same number).
-pub(crate) fn steps_for_epochs(s: &Schedule, epochs: u64) -> u64 {
-    if s.records == 0 {
+pub(crate) fn steps_for_epochs(s: &JobSchedule, epochs: u64) -> u64 {
+    if s.records() == 0 {
         return epochs;
     }
     let done = |rank: u64, t: u64| {
         let slots = s.batch_slots(rank, t);
-        slots.is_empty() && s.tail == Tail::Wrap || slots.first().is_some_and(|x| x.epoch >= epochs)
+        slots.is_empty() && s.base().tail == Tail::Wrap
+            || slots.first().is_some_and(|x| x.epoch >= epochs)
     };
-    (0..s.ranks)
+    (0..s.ranks())
         .map(|rank| {
             // Slots never go back an epoch, so search for the first step
             // that starts at or past `epochs`.
