@@ -11,6 +11,9 @@ bash scripts/setup.sh
 # Pin MPICH explicitly: with Open MPI also installed, the generic names may
 # point at either implementation.
 export MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich
+# The Caffe plugin (caffe-plugin/) must build and its tests must run here:
+# without Caffe's headers the build fails instead of skipping.
+export LMDBIO_REQUIRE_CAFFE=1
 
 step() { printf '\n== %s\n' "$*"; }
 
