@@ -29,6 +29,8 @@ cargo test --workspace --locked
 step "MPI tests again with Open MPI (built against it in its own target dir)"
 MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
   cargo test --locked --target-dir target/openmpi -p lmdbio-tools --test mpi --test c_abi
+MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
+  cargo test --locked --target-dir target/openmpi -p lmdbio-caffe --test caffe
 
 step "fuzz smoke (bounded)"
 LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh

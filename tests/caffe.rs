@@ -21,8 +21,12 @@ const TIMEOUT_SECONDS: &str = "120";
 /// Caffe or the plugin is missing and that is allowed.
 fn plugin() -> Option<PathBuf> {
     let required = std::env::var("LMDBIO_REQUIRE_CAFFE").is_ok_and(|v| !v.is_empty() && v != "0");
-    let missing = if !caffe_lmdbio::CAFFE_PLUGIN_BUILT {
-        Some("the plugin was not built (no Caffe headers)".to_string())
+    // The condition under which caffe-plugin/build.rs builds the C++ half.
+    let headers = std::env::var("CAFFE_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
+    let missing = if !Path::new(&headers).join("caffe/caffe.hpp").exists() {
+        Some(format!(
+            "the plugin was not built (no {headers}/caffe/caffe.hpp)"
+        ))
     } else if !Path::new("/usr/bin/caffe").exists() {
         Some("/usr/bin/caffe is not installed".to_string())
     } else {
@@ -33,14 +37,11 @@ fn plugin() -> Option<PathBuf> {
         eprintln!("SKIPPED: {why}; run scripts/setup.sh");
         return None;
     }
+    // Cargo builds the crate (cdylib + rlib) before its tests, into deps/
+    // beside this test binary.
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>
-    let so = profile_dir.join("libcaffe_lmdbio.so");
-    assert!(
-        so.exists(),
-        "no {} (cargo builds it with the tests)",
-        so.display()
-    );
+    let so = exe.parent().unwrap().join("libcaffe_lmdbio.so");
+    assert!(so.exists(), "no {}", so.display());
     Some(so)
 }
 
