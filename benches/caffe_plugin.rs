@@ -85,8 +85,10 @@ fn main() {
     assert!(plugin.exists(), "no {}", plugin.display());
 
     let records = env_usize("LMDBIO_BENCH_RECORDS", 10_000);
-    let iterations = env_usize("LMDBIO_CAFFE_BENCH_ITERS", 60);
-    let repeats = env_usize("LMDBIO_CAFFE_BENCH_REPEATS", 3);
+    // A small database is the smoke run of scripts/test.sh: keep it short.
+    let full = records >= 10_000;
+    let iterations = env_usize("LMDBIO_CAFFE_BENCH_ITERS", if full { 60 } else { 8 });
+    let repeats = env_usize("LMDBIO_CAFFE_BENCH_REPEATS", if full { 3 } else { 1 });
     let db = jpeg_lmdb(records);
     let work = lmdbio_testkit::TempDir::new().unwrap();
     println!(
@@ -113,7 +115,7 @@ fn main() {
         "{:<32} {:>10} {:>10} {:>10}  all runs (ms/iter)",
         "data path", "ms/iter", "iter/s", "vs stock"
     );
-    let mut json = String::from("[");
+    let mut rows = Vec::new();
     for (c, config) in CONFIGS.iter().enumerate() {
         let ms = median(&times[c]);
         let runs: Vec<String> = times[c].iter().map(|t| format!("{t:.1}")).collect();
@@ -125,20 +127,24 @@ fn main() {
             stock_ms / ms,
             runs.join(" ")
         );
-        write!(
-            json,
-            "{}{{\"config\":\"{}\",\"ms_per_iter\":{ms:.3},\"iter_per_s\":{:.3},\"ratio_to_stock\":{:.3}}}",
-            if c == 0 { "" } else { "," },
-            config.label,
-            1000.0 / ms,
-            stock_ms / ms
-        )
-        .unwrap();
+        rows.push(serde_json::json!({
+            "config": config.label,
+            "ms_per_iter": ms,
+            "iter_per_s": 1000.0 / ms,
+            "ratio_to_stock": stock_ms / ms,
+            "runs_ms_per_iter": times[c],
+        }));
     }
-    json.push(']');
+    let json = serde_json::json!({
+        "records": records,
+        "iterations": iterations,
+        "repeats": repeats,
+        "batch": BATCH,
+        "configs": rows,
+    });
     std::fs::create_dir_all(results_dir()).unwrap();
     let out = results_dir().join("caffe_plugin.json");
-    std::fs::write(&out, json).unwrap();
+    std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap()).unwrap();
     println!("results: {}", out.display());
 }
 

@@ -135,3 +135,54 @@ impl PartitionReader {
         ordinals
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lmdbio_testkit as kit;
+
+    /// Walks a reader from the first record to the end of its share.
+    fn walk(reader: &mut PartitionReader) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        reader.seek_to_first();
+        while reader.valid() {
+            let key = reader.key().unwrap().to_vec();
+            let value = reader.value().unwrap().unwrap().to_vec();
+            out.push((key, value));
+            reader.next();
+        }
+        out
+    }
+
+    #[test]
+    fn shares_concatenate_to_what_liblmdb_reads_and_wrap_like_it() {
+        // Values around the inline/overflow boundary and more than one
+        // read-ahead chunk per share.
+        for fx in [kit::caffe_style(3000, 3000, 5), kit::inline_only(5000, 6)] {
+            let oracle = fx.oracle();
+            for ranks in [1u64, 3, 4] {
+                let mut all = Vec::new();
+                for rank in 0..ranks {
+                    let mut reader = PartitionReader::open(&fx.path, rank, ranks).unwrap();
+                    let first_pass = walk(&mut reader);
+                    assert_eq!(reader.value().unwrap(), None, "past the end");
+                    // Walking again after seek_to_first gives the same share.
+                    assert_eq!(walk(&mut reader), first_pass);
+                    all.extend(first_pass);
+                }
+                assert_eq!(all, oracle, "{} on {ranks} ranks", fx.name);
+            }
+        }
+    }
+
+    #[test]
+    fn more_ranks_than_records_and_bad_paths_are_refused() {
+        let fx = kit::caffe_style(3, 100, 7);
+        let err = PartitionReader::open(&fx.path, 3, 4).err().unwrap();
+        assert!(err.to_string().contains("3 records"), "{err}");
+        let err = PartitionReader::open("/nonexistent/lmdb".as_ref(), 0, 1)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("/nonexistent/lmdb"), "{err}");
+    }
+}
