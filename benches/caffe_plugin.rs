@@ -93,46 +93,52 @@ fn main() {
     let work = lmdbio_testkit::TempDir::new().unwrap();
     println!(
         "caffe_plugin: {records} JPEG records ({SIDE}x{SIDE}x3, crop {CROP}, mirror), batch {BATCH}, \
-         `caffe time --iterations {iterations}`, median of {repeats}; database {}",
+         `caffe time --iterations {iterations}`, {repeats} run(s) each, interleaved; database {}",
         db.display()
     );
 
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
+    let load_before = load_average();
+    let mut runs: Vec<Vec<Run>> = (0..CONFIGS.len()).map(|_| Vec::new()).collect();
     for _ in 0..repeats {
         for (c, config) in CONFIGS.iter().enumerate() {
             let model = work.path().join(format!("net_{c}.prototxt"));
             std::fs::write(&model, net(&db, config.layer)).unwrap();
-            times[c].push(caffe_time(&plugin, config, &model, iterations));
+            runs[c].push(caffe_time(&plugin, config, &model, iterations));
         }
     }
-    let median = |v: &[f64]| {
-        let mut s = v.to_vec();
-        s.sort_by(f64::total_cmp);
-        s[s.len() / 2]
-    };
-    let stock_ms = median(&times[0]);
+    let load_after = load_average();
+    let summaries: Vec<Summary> = runs.iter().map(|r| Summary::of(r)).collect();
+    let stock = &summaries[0];
+    println!("load average (1 min) before {load_before}, after {load_after}");
     println!(
-        "{:<32} {:>10} {:>10} {:>10}  all runs (ms/iter)",
-        "data path", "ms/iter", "iter/s", "vs stock"
+        "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  all runs (ms/iter)",
+        "data path", "best ms", "iter/s", "vs stock", "median ms", "vs stock", "CPU ms"
     );
     let mut rows = Vec::new();
     for (c, config) in CONFIGS.iter().enumerate() {
-        let ms = median(&times[c]);
-        let runs: Vec<String> = times[c].iter().map(|t| format!("{t:.1}")).collect();
+        let m = &summaries[c];
+        let all: Vec<String> = runs[c].iter().map(|r| format!("{:.1}", r.ms)).collect();
         println!(
-            "{:<32} {:>10.1} {:>10.2} {:>9.2}x  {}",
+            "{:<32} {:>9.1} {:>9.2} {:>8.2}x {:>9.1} {:>8.2}x {:>9.1}  {}",
             config.label,
-            ms,
-            1000.0 / ms,
-            stock_ms / ms,
-            runs.join(" ")
+            m.best_ms,
+            1000.0 / m.best_ms,
+            stock.best_ms / m.best_ms,
+            m.median_ms,
+            stock.median_ms / m.median_ms,
+            m.cpu_ms,
+            all.join(" ")
         );
         rows.push(serde_json::json!({
             "config": config.label,
-            "ms_per_iter": ms,
-            "iter_per_s": 1000.0 / ms,
-            "ratio_to_stock": stock_ms / ms,
-            "runs_ms_per_iter": times[c],
+            "best_ms_per_iter": m.best_ms,
+            "best_iter_per_s": 1000.0 / m.best_ms,
+            "best_ratio_to_stock": stock.best_ms / m.best_ms,
+            "median_ms_per_iter": m.median_ms,
+            "median_ratio_to_stock": stock.median_ms / m.median_ms,
+            "median_cpu_ms_per_iter": m.cpu_ms,
+            "runs_ms_per_iter": runs[c].iter().map(|r| r.ms).collect::<Vec<_>>(),
+            "runs_cpu_ms_per_iter": runs[c].iter().map(|r| r.cpu_ms).collect::<Vec<_>>(),
         }));
     }
     let json = serde_json::json!({
@@ -140,6 +146,8 @@ fn main() {
         "iterations": iterations,
         "repeats": repeats,
         "batch": BATCH,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
         "configs": rows,
     });
     std::fs::create_dir_all(results_dir()).unwrap();
@@ -148,8 +156,57 @@ fn main() {
     println!("results: {}", out.display());
 }
 
-/// Milliseconds per iteration ("Average Forward-Backward") of one run.
-fn caffe_time(plugin: &Path, config: &Config, model: &Path, iterations: usize) -> f64 {
+/// One `caffe time` run.
+struct Run {
+    /// "Average Forward-Backward": wall milliseconds per iteration.
+    ms: f64,
+    /// CPU time (user + system, all threads) of the whole process per
+    /// iteration, set-up included.
+    cpu_ms: f64,
+}
+
+struct Summary {
+    best_ms: f64,
+    median_ms: f64,
+    cpu_ms: f64,
+}
+
+impl Summary {
+    fn of(runs: &[Run]) -> Summary {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        Summary {
+            best_ms: runs.iter().map(|r| r.ms).fold(f64::INFINITY, f64::min),
+            median_ms: median(runs.iter().map(|r| r.ms).collect()),
+            cpu_ms: median(runs.iter().map(|r| r.cpu_ms).collect()),
+        }
+    }
+}
+
+/// The 1-minute load average: how busy the (shared) machine was.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// CPU seconds used by terminated children so far.
+fn children_cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// Runs `caffe time` once.
+fn caffe_time(plugin: &Path, config: &Config, model: &Path, iterations: usize) -> Run {
     let mut cmd = Command::new("caffe");
     cmd.arg("time")
         .arg(format!("--model={}", model.display()))
@@ -160,19 +217,26 @@ fn caffe_time(plugin: &Path, config: &Config, model: &Path, iterations: usize) -
     if let Some(t) = config.threads {
         cmd.env("LMDBIO_CAFFE_THREADS", t.to_string());
     }
+    let cpu_before = children_cpu_seconds();
     let out = cmd.output().expect("run caffe time");
+    let cpu = children_cpu_seconds() - cpu_before;
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "{}: caffe time failed:\n{log}",
         config.label
     );
-    log.lines()
+    let ms = log
+        .lines()
         .find_map(|l| {
             let (_, rest) = l.split_once("Average Forward-Backward: ")?;
             rest.trim_end_matches(" ms.").trim().parse().ok()
         })
-        .unwrap_or_else(|| panic!("{}: no timing in:\n{log}", config.label))
+        .unwrap_or_else(|| panic!("{}: no timing in:\n{log}", config.label));
+    Run {
+        ms,
+        cpu_ms: cpu * 1000.0 / iterations as f64,
+    }
 }
 
 fn net(db: &Path, layer: &str) -> String {

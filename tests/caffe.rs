@@ -165,7 +165,6 @@ struct NetSpec<'a> {
     train_batch: usize,
     /// TEST-phase data layer batch and iterations per test, if any.
     test: Option<(usize, usize)>,
-    /// Convolution input channels are inferred; kernel for 28 or 32 inputs.
     max_iter: usize,
 }
 
@@ -359,6 +358,74 @@ fn random_crop_and_mirror_on_encoded_images_train() {
             last < 0.7 * first,
             "{mode:?}: loss did not decrease ({first} -> {last}): {losses:?}"
         );
+    }
+}
+
+/// A database of `caffe.Datum`s carrying `float_data` (1x8x8), written by
+/// liblmdb with `%08d` keys. The Datum wire format is encoded here: fields
+/// channels=1, height=2, width=3, label=5 (varints) and float_data=6
+/// (unpacked fixed32, as proto2 writes a repeated float).
+fn float_data_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
+    use lmdb::{Environment, Transaction, WriteFlags};
+    let db_path = dir.join("float_lmdb");
+    std::fs::create_dir_all(&db_path).unwrap();
+    let env = Environment::new()
+        .set_map_size(64 << 20)
+        .open(&db_path)
+        .unwrap();
+    let db = env.open_db(None).unwrap();
+    let mut txn = env.begin_rw_txn().unwrap();
+    let mut rng = kit::Rng::new(seed);
+    for i in 0..n {
+        let class = rng.below(10) as usize;
+        let mut datum = vec![0x08, 1, 0x10, 8, 0x18, 8, 0x28, class as u8];
+        for p in 0..64 {
+            let on = if class < 5 {
+                p / 8 == class
+            } else {
+                p % 8 == class - 3
+            };
+            let v = if on { 1.0f32 } else { 0.0 } + (rng.below(1000) as f32 / 1000.0 - 0.5);
+            datum.push(0x35);
+            datum.extend_from_slice(&v.to_le_bytes());
+        }
+        txn.put(db, &format!("{i:08}"), &datum, WriteFlags::empty())
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    db_path
+}
+
+#[test]
+fn encoded_and_float_data_records_give_the_stock_losses() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let encoded = encoded_image_lmdb(work.path(), 120, 15);
+    let floats = float_data_lmdb(work.path(), 150, 16);
+    for (db, transform) in [(&encoded, "scale: 0.00390625"), (&floats, "scale: 1")] {
+        let spec = NetSpec {
+            db,
+            transform,
+            train_batch: 16,
+            test: None,
+            max_iter: 12,
+        };
+        let mut stock = None;
+        for (mode, threads) in [
+            (Mode::Stock, "1"),
+            (Mode::ZeroChange, "1"),
+            (Mode::Layer, "3"),
+        ] {
+            let name = format!("{}_{mode:?}", db.file_name().unwrap().to_str().unwrap());
+            let solver = write_solver(work.path(), &name, mode, &spec);
+            let out = train(&plugin, mode, &solver, &[("LMDBIO_CAFFE_THREADS", threads)]);
+            let losses = printed_losses(&assert_trained(&out, &name));
+            assert_eq!(losses.len(), 13, "{name}");
+            match &stock {
+                None => stock = Some(losses),
+                Some(expected) => assert_eq!(&losses, expected, "{name} differs from stock"),
+            }
+        }
     }
 }
 
