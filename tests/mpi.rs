@@ -594,11 +594,13 @@ fn resumed_on_other_rank_counts_the_rest_of_the_epoch_is_delivered_once() {
     // Stops land mid-epoch; 2 ranks x 45 batches
     // of 7 strided wrap into epoch 1 (630 > 600), so some next-epoch
     // records were delivered before the job moved.
-    let cases: [Handoffs; 4] = [
+    let cases: [Handoffs; 6] = [
         ("contiguous", "wrap", false, [3, 2, 4], ["11", "30"]),
         ("strided", "wrap", true, [2, 4, 3], ["45", "5"]),
         ("round-robin", "short", true, [4, 3, 2], ["6", "10"]),
         ("contiguous", "short", true, [2, 4, 1], ["20", "3"]),
+        ("round-robin", "wrap", false, [3, 4, 2], ["9", "12"]),
+        ("strided", "short", false, [4, 2, 3], ["7", "25"]),
     ];
     for (k, (partition, tail, shuffle, ranks, stops)) in cases.into_iter().enumerate() {
         let mut common = vec![

@@ -16,7 +16,8 @@
 //!   rank (its last batch may be short or empty), then normal epochs start
 //!   on a batch boundary. `Tail::Wrap`: a rank's records are its remainder
 //!   block followed by its normal stream, cut into full batches, so the
-//!   batch that finishes the remainder continues into the next epoch.
+//!   batch that finishes the remainder continues into the first normal
+//!   epoch.
 //!
 //! "Delivered" means handed to the caller by `next_batch`: a rank whose
 //! cursor says step k has delivered exactly the records of its steps
@@ -27,6 +28,8 @@
 //! wrapped into the next epoch), the positions of that next epoch they
 //! delivered are not in the remainder, so no record is delivered twice in
 //! one epoch; normal epochs resume after the last epoch anyone started.
+//! A job that was itself re-partitioned is moved the same way: its job
+//! cursor carries the remainder it started with.
 
 use crate::cursor::{Cursor, DatabaseIdentity, JobCursor};
 use crate::error::{Error, Result};

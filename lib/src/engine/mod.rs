@@ -401,11 +401,10 @@ impl Engine {
             txnid: built.txnid,
             page_size: built.page_size,
         };
-        let resumed = agree_ok(
+        let (schedule, step) = agree_ok(
             &world,
             resume_point(&options, schedule, shuffle, database, world.rank()),
         )?;
-        let (schedule, step) = resumed;
         Ok(Engine {
             pending: None,
             threaded_reads,
@@ -496,6 +495,7 @@ impl Engine {
     /// started with. Collective (an allgather); resume any rank count from
     /// it with [`EngineOptions::resume_job`].
     pub fn job_cursor(&self) -> Result<JobCursor> {
+        // Gathered as i64 words: a cursor is 13 of them.
         let mine = self.cursor().encode();
         let words: Vec<i64> = mine
             .chunks(8)
