@@ -335,13 +335,20 @@ impl Comm {
 }
 
 /// Completes `request` without monopolising a core: test and yield the
-/// core for the first 2 ms, then test with a growing pause (up to 1 ms).
+/// core for the first 200 µs, then test with a growing pause (up to
+/// 500 µs).
 /// The engine's agreements are where ranks wait for the node's readers; a
 /// waiter spinning inside MPI takes the core a reader needs whenever ranks
 /// outnumber cores, while yielding costs nothing when they do not.
 fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
+    // Under MPI_THREAD_MULTIPLE every MPI_Test takes the library's lock; a
+    // rank yielding in a loop for milliseconds spent 30% of a core on it
+    // (perf, 2 ranks on 2 cores) while its reader needed the core. Waits
+    // for a round's read last milliseconds, so sleep early.
+    const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(200);
+    const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
     let started = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_micros(50);
+    let mut pause = std::time::Duration::from_micros(20);
     loop {
         let mut done: c_int = 0;
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -353,11 +360,11 @@ fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<(
         if done != 0 {
             return Ok(());
         }
-        if started.elapsed() < std::time::Duration::from_millis(2) {
+        if started.elapsed() < YIELD_FOR {
             std::thread::yield_now();
         } else {
             std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(1));
+            pause = (pause * 2).min(LONGEST_PAUSE);
         }
     }
 }
