@@ -520,18 +520,27 @@ fn damaged_databases_end_the_run_with_a_message() {
     }
     std::fs::write(damaged.join("data.mdb"), &bytes).unwrap();
 
-    // A record that is not a Datum, written by liblmdb among good ones.
+    // A record that is not a Datum, written by liblmdb among good ones; on
+    // two ranks it is in rank 1's share only (records 150..300), so rank 0
+    // is left waiting in a collective step when rank 1 stops.
     let bad_record = work.path().join("bad_record_lmdb");
-    copy_with_bad_record(&good, &bad_record, 37);
+    copy_with_bad_record(&good, &bad_record, 170);
+
+    // A valid LMDB layout lmdbio refuses: duplicate keys (MDB_DUPSORT).
+    let dupsort = work.path().join("dupsort_lmdb");
+    write_dupsort(&dupsort);
 
     let missing = work.path().join("no_such_lmdb");
-    let cases: [(&Path, Mode, usize, &str); 6] = [
+    let cases: [(&Path, Mode, usize, &str); 9] = [
         (&damaged, Mode::ZeroChange, 1, "corrupt"),
+        (&damaged, Mode::ZeroChange, 2, "corrupt"),
         (&damaged, Mode::Layer, 1, "corrupt"),
         (&damaged, Mode::Layer, 2, "corrupt"),
         (&missing, Mode::ZeroChange, 1, "no_such_lmdb"),
         (&missing, Mode::Layer, 2, "no_such_lmdb"),
+        (&dupsort, Mode::ZeroChange, 1, "unsupported"),
         (&bad_record, Mode::Layer, 1, "is not a caffe.Datum"),
+        (&bad_record, Mode::Layer, 2, "is not a caffe.Datum"),
     ];
     for (i, (db, mode, ranks, expect)) in cases.into_iter().enumerate() {
         let spec = NetSpec {
@@ -539,7 +548,8 @@ fn damaged_databases_end_the_run_with_a_message() {
             transform: "scale: 0.00390625",
             train_batch: 16,
             test: None,
-            max_iter: 5,
+            // Far enough for one process to reach record 170.
+            max_iter: 12,
         };
         let solver = write_solver(work.path(), &format!("bad_{i}"), mode, &spec);
         let out = if ranks == 1 {
@@ -595,6 +605,30 @@ fn copy_with_bad_record(from: &Path, to: &Path, bad: usize) {
             v
         };
         txn.put(db, k, &value, WriteFlags::empty()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+/// A database with duplicate keys (`MDB_DUPSORT`), written by liblmdb.
+fn write_dupsort(path: &Path) {
+    use lmdb::{DatabaseFlags, Environment, Transaction, WriteFlags};
+    std::fs::create_dir_all(path).unwrap();
+    let env = Environment::new()
+        .set_map_size(16 << 20)
+        .open(path)
+        .unwrap();
+    let db = env.create_db(None, DatabaseFlags::DUP_SORT).unwrap();
+    let mut txn = env.begin_rw_txn().unwrap();
+    for i in 0..50u32 {
+        for d in 0..3u32 {
+            txn.put(
+                db,
+                &format!("{i:08}"),
+                &d.to_be_bytes(),
+                WriteFlags::empty(),
+            )
+            .unwrap();
+        }
     }
     txn.commit().unwrap();
 }
