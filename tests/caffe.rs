@@ -463,22 +463,40 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         test: Some((8, 2)),
         max_iter: 10,
     };
-    for (mode, ranks) in [(Mode::Layer, 2), (Mode::Layer, 4), (Mode::ZeroChange, 2)] {
-        let solver = write_solver(work.path(), &format!("{mode:?}_{ranks}"), mode, &spec);
-        let keys = work.path().join(format!("keys_{mode:?}_{ranks}"));
+    // (mode, ranks, ranks per virtual node: 2 makes two nodes of 2 on 4
+    // ranks, each with its own reader and shared window)
+    for (mode, ranks, per_node) in [
+        (Mode::Layer, 2, "0"),
+        (Mode::Layer, 4, "0"),
+        (Mode::Layer, 4, "2"),
+        (Mode::ZeroChange, 2, "0"),
+    ] {
+        let run = format!("{mode:?}_{ranks}_{per_node}");
+        let solver = write_solver(work.path(), &run, mode, &spec);
+        let keys = work.path().join(format!("keys_{run}"));
         std::fs::create_dir_all(&keys).unwrap();
-        let out = train_mpi(
-            &plugin,
-            ranks,
-            &solver,
-            &[("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())],
-        );
+        let mut env = vec![("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())];
+        if per_node != "0" {
+            env.push(("LMDBIO_CAFFE_RANKS_PER_NODE", per_node));
+        }
+        let out = train_mpi(&plugin, ranks, &solver, &env);
         let log = assert_trained(&out, &format!("{mode:?} on {ranks} ranks"));
         assert_eq!(
             log.matches("Optimization Done.").count(),
             2 * ranks,
             "every rank must finish:\n{log}"
         );
+        if mode == Mode::Layer {
+            // One reader per (virtual) node opens the file, for each of the
+            // TRAIN and TEST layers.
+            let nodes = if per_node == "0" { 1 } else { ranks / 2 };
+            assert_eq!(
+                log.matches("(1 file opens)").count(),
+                2 * nodes,
+                "{run}: file opens:\n{log}"
+            );
+            assert_eq!(log.matches("(0 file opens)").count(), 2 * (ranks - nodes));
+        }
         let shares = logged_keys(&keys, ranks);
         let mut seen = HashSet::new();
         for (rank, share) in shares.iter().enumerate() {

@@ -5,6 +5,7 @@
 
 #include <boost/thread/exceptions.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,16 @@
 
 namespace lmdbio_caffe {
 namespace {
+
+// A positive count from the environment, or 0 when unset.
+size_t env_count(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  CHECK(*end == '\0' && n > 0) << name << " must be a positive number, got \"" << v << "\"";
+  return static_cast<size_t>(n);
+}
 
 std::string printable_key(const lmdbio_record& record) {
   const char* k = static_cast<const char*>(record.key);
@@ -38,7 +49,15 @@ LmdbioDataLayer<Dtype>::~LmdbioDataLayer() {
   // so the collective close below meets every rank.
   this->StopInternalThread();
   pool_.reset();
-  if (engine_ != nullptr && lmdbio_close(engine_) != LMDBIO_OK) {
+  if (engine_ == nullptr) return;
+  lmdbio_counters c;
+  if (lmdbio_counters_get(engine_, &c) == LMDBIO_OK) {
+    LOG(INFO) << "LMDBIOData " << this->layer_param_.name() << ": " << source_ << ": "
+              << c.records_delivered << " records delivered, " << c.bytes_read
+              << " bytes read by this rank in " << c.read_requests << " requests ("
+              << c.file_opens << " file opens), " << c.wait_seconds << " s waiting";
+  }
+  if (lmdbio_close(engine_) != LMDBIO_OK) {
     LOG(ERROR) << "LMDBIOData: closing " << source_ << ": " << lmdbio_last_error();
   }
 }
@@ -64,6 +83,11 @@ void LmdbioDataLayer<Dtype>::DataLayerSetUp(const std::vector<caffe::Blob<Dtype>
   lmdbio_options* options = nullptr;
   CHECK_EQ(lmdbio_options_new(&options), LMDBIO_OK) << lmdbio_last_error();
   CHECK_EQ(lmdbio_options_set_batch_size(options, batch_size), LMDBIO_OK) << lmdbio_last_error();
+  const size_t ranks_per_node = env_count("LMDBIO_CAFFE_RANKS_PER_NODE");
+  if (ranks_per_node > 0) {
+    CHECK_EQ(lmdbio_options_set_ranks_per_node(options, ranks_per_node), LMDBIO_OK)
+        << "LMDBIO_CAFFE_RANKS_PER_NODE: " << lmdbio_last_error();
+  }
   // Collective: every rank constructs its nets' layers in the same order.
   const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
   lmdbio_options_free(options);
