@@ -309,6 +309,10 @@ fn both_modes_print_the_stock_losses_iteration_by_iteration() {
     let stock = printed_losses(&logs[0].2);
     // 31 training lines (iterations 0..=30) and 4 tests of one output.
     assert_eq!(stock.len(), 31 + 4, "unexpected stock log:\n{}", logs[0].2);
+    // The comparison below is of real values ("Iter 7 2.0714", and for a
+    // test output its value and weighted value), not of empty strings.
+    let distinct: HashSet<&String> = stock.iter().collect();
+    assert!(distinct.len() > 30, "{stock:?}");
     let losses = training_losses(&logs[0].2);
     assert!(
         losses[losses.len() - 1] < 0.8 * losses[0],

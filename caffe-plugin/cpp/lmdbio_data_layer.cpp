@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <boost/thread/exceptions.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
