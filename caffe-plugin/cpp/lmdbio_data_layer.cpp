@@ -72,8 +72,10 @@ void LmdbioDataLayer<Dtype>::DataLayerSetUp(const std::vector<caffe::Blob<Dtype>
   const int batch_size = param.batch_size();
   CHECK_GT(batch_size, 0) << "LMDBIOData " << this->layer_param_.name()
                           << ": data_param.batch_size must be positive";
-  CHECK_EQ(param.backend(), caffe::DataParameter_DB_LMDB)
-      << "LMDBIOData " << this->layer_param_.name() << " reads LMDB only (" << source_ << ")";
+  // data_param's backend defaults to LEVELDB; only an explicit one is refused.
+  CHECK(!param.has_backend() || param.backend() == caffe::DataParameter_DB_LMDB)
+      << "LMDBIOData " << this->layer_param_.name() << " reads LMDB only (" << source_
+      << " is given as LEVELDB)";
 
   ensure_mpi(true);
   // TRAIN and TEST layers each call their own engine from their own
