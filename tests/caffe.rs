@@ -114,8 +114,9 @@ fn mnist_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
 }
 
 /// `n` 32x32 colour images (binary PPM) of 10 classes, stored PNG-encoded
-/// by Caffe's own `convert_imageset --encoded`.
-fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
+/// by Caffe's own `convert_imageset --encoded`, with `preload` preloaded
+/// if given (writes must go to libcaffe's own LMDB code).
+fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64, preload: Option<&Path>) -> PathBuf {
     let images = dir.join("images");
     std::fs::create_dir_all(&images).unwrap();
     let mut rng = kit::Rng::new(seed);
@@ -144,7 +145,11 @@ fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
     }
     std::fs::write(dir.join("list.txt"), list).unwrap();
     let db = dir.join("encoded_lmdb");
-    let out = Command::new("convert_imageset")
+    let mut cmd = Command::new("convert_imageset");
+    if let Some(plugin) = preload {
+        cmd.env("LD_PRELOAD", plugin);
+    }
+    let out = cmd
         .args(["--encoded", "--encode_type=png"])
         .arg(format!("{}/", images.display()))
         .arg(dir.join("list.txt"))
@@ -340,7 +345,7 @@ fn both_modes_print_the_stock_losses_iteration_by_iteration() {
 fn random_crop_and_mirror_on_encoded_images_train() {
     let Some(plugin) = plugin() else { return };
     let work = kit::TempDir::new().unwrap();
-    let db = encoded_image_lmdb(work.path(), 300, 12);
+    let db = encoded_image_lmdb(work.path(), 300, 12, None);
     let spec = NetSpec {
         db: &db,
         transform: "scale: 0.00390625 mirror: true crop_size: 28",
@@ -404,7 +409,8 @@ fn float_data_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
 fn encoded_and_float_data_records_give_the_stock_losses() {
     let Some(plugin) = plugin() else { return };
     let work = kit::TempDir::new().unwrap();
-    let encoded = encoded_image_lmdb(work.path(), 120, 15);
+    // Written by convert_imageset with the plugin preloaded.
+    let encoded = encoded_image_lmdb(work.path(), 120, 15, Some(&plugin));
     let floats = float_data_lmdb(work.path(), 150, 16);
     for (db, transform) in [(&encoded, "scale: 0.00390625"), (&floats, "scale: 1")] {
         let spec = NetSpec {
