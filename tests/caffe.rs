@@ -532,6 +532,44 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
 }
 
 #[test]
+fn shuffled_epochs_are_permutations_of_the_database() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let records = 240;
+    let db = mnist_lmdb(work.path(), records, 17);
+    // 14 iterations of 16 plus the prefetched batches: more than one epoch.
+    let spec = NetSpec {
+        db: &db,
+        transform: "scale: 0.00390625",
+        train_batch: 16,
+        test: None,
+        max_iter: 14,
+    };
+    let solver = write_solver(work.path(), "shuffled", Mode::Layer, &spec);
+    let keys = work.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let out = train(
+        &plugin,
+        Mode::Layer,
+        &solver,
+        &[
+            ("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap()),
+            ("LMDBIO_CAFFE_SHUFFLE_SEED", "7"),
+        ],
+    );
+    assert_trained(&out, "shuffled");
+    let text = std::fs::read_to_string(keys.join("rank-0.keys")).unwrap();
+    let delivered: Vec<&str> = text.lines().collect();
+    assert!(delivered.len() > records, "{} keys", delivered.len());
+    let epoch0 = &delivered[..records];
+    let distinct: BTreeSet<&str> = epoch0.iter().copied().collect();
+    assert_eq!(distinct.len(), records, "epoch 0 repeats a record");
+    let mut sorted = epoch0.to_vec();
+    sorted.sort_unstable();
+    assert_ne!(epoch0, &sorted[..], "epoch 0 is in key order: not shuffled");
+}
+
+#[test]
 fn damaged_databases_end_the_run_with_a_message() {
     let Some(plugin) = plugin() else { return };
     let work = kit::TempDir::new().unwrap();

@@ -86,6 +86,11 @@ void LmdbioDataLayer<Dtype>::DataLayerSetUp(const std::vector<caffe::Blob<Dtype>
   lmdbio_options* options = nullptr;
   CHECK_EQ(lmdbio_options_new(&options), LMDBIO_OK) << lmdbio_last_error();
   CHECK_EQ(lmdbio_options_set_batch_size(options, batch_size), LMDBIO_OK) << lmdbio_last_error();
+  const size_t shuffle_seed = env_count("LMDBIO_CAFFE_SHUFFLE_SEED");
+  if (shuffle_seed > 0) {
+    CHECK_EQ(lmdbio_options_set_shuffle(options, shuffle_seed, 0), LMDBIO_OK)
+        << "LMDBIO_CAFFE_SHUFFLE_SEED: " << lmdbio_last_error();
+  }
   const size_t ranks_per_node = env_count("LMDBIO_CAFFE_RANKS_PER_NODE");
   if (ranks_per_node > 0) {
     CHECK_EQ(lmdbio_options_set_ranks_per_node(options, ranks_per_node), LMDBIO_OK)
