@@ -1,6 +1,7 @@
 //! The `lmdbio` command. Each subcommand is a thin layer over the library.
 
 mod bench;
+mod convert;
 mod dump;
 mod inspect;
 
@@ -27,6 +28,8 @@ enum Command {
     Dump(dump::Args),
     /// Read a database on every rank of an mpiexec job and report speed.
     Bench(Box<bench::Args>),
+    /// Image folders, convert_imageset lists or HDF5 into a Caffe LMDB.
+    Convert(Box<convert::Args>),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Convert(args) => convert::run(&args).map_err(CommandError::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -55,4 +59,6 @@ pub enum CommandError {
     Output(#[from] std::io::Error),
     #[error("{0}")]
     Usage(String),
+    #[error("convert: {0}")]
+    Convert(#[from] convert::ConvertError),
 }

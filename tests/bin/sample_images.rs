@@ -1,0 +1,49 @@
+//! Writes a sample image folder for `lmdbio convert --folders`: one
+//! sub-folder per class of seeded pictures (see `lmdbio_testkit::images`).
+//!
+//! usage: lmdbio-sample-images ROOT CLASSES PER_CLASS [SIDE] [png|jpg|bmp|ppm]
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: lmdbio-sample-images ROOT CLASSES PER_CLASS [SIDE] [png|jpg|bmp|ppm]";
+    if !(3..=5).contains(&args.len()) {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    }
+    let number = |i: usize, default: usize| -> Option<usize> {
+        args.get(i).map_or(Some(default), |s| s.parse().ok())
+    };
+    let (Some(classes), Some(per_class), Some(side)) = (number(1, 0), number(2, 0), number(3, 64))
+    else {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    };
+    let ext = args.get(4).map_or("png", String::as_str);
+    if !["png", "jpg", "bmp", "ppm"].contains(&ext) {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    }
+    let root = std::path::Path::new(&args[0]);
+    let list = lmdbio_testkit::images::write_class_folders(
+        root,
+        classes,
+        per_class,
+        side as u32,
+        ext,
+        0x5eed,
+    );
+    let text: String = list.iter().map(|(p, l)| format!("{p} {l}\n")).collect();
+    if let Err(e) = std::fs::write(root.join("list.txt"), text) {
+        eprintln!("{}: {e}", root.join("list.txt").display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "wrote {} images in {} classes to {}",
+        list.len(),
+        classes,
+        root.display()
+    );
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,24 @@
+//! Ctrl-C and SIGTERM stop the conversion between two records, so the
+//! partial database is removed instead of left behind.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    REQUESTED.store(true, Ordering::SeqCst);
+}
+
+pub fn install() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; `signal` replaces the default disposition.
+        unsafe {
+            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+pub fn requested() -> bool {
+    REQUESTED.load(Ordering::SeqCst)
+}
