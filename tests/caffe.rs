@@ -497,15 +497,17 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
             "every rank must finish:\n{log}"
         );
         if mode == Mode::Layer {
-            // One reader per (virtual) node opens the file, for each of the
-            // TRAIN and TEST layers.
+            // The TRAIN layer has the engine: one reader per (virtual) node
+            // opens the file. The TEST layer reads its share per rank (one
+            // engine per process; see cpp/lmdbio_data_layer.hpp).
             let nodes = if per_node == "0" { 1 } else { ranks / 2 };
             assert_eq!(
                 log.matches("(1 file opens)").count(),
-                2 * nodes,
+                nodes,
                 "{run}: file opens:\n{log}"
             );
-            assert_eq!(log.matches("(0 file opens)").count(), 2 * (ranks - nodes));
+            assert_eq!(log.matches("(0 file opens)").count(), ranks - nodes);
+            assert_eq!(log.matches("per-rank reader").count(), ranks, "{run}");
         }
         let shares = logged_keys(&keys, ranks);
         let mut seen = HashSet::new();
