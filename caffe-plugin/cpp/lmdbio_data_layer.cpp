@@ -173,7 +173,6 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
   }
   CHECK_EQ(lmdbio_rank_info(engine_, rank, ranks, nullptr, nullptr), LMDBIO_OK);
   CHECK_EQ(lmdbio_record_count(engine_, records), LMDBIO_OK);
-
 }
 
 template <typename Dtype>
