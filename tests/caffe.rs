@@ -114,8 +114,9 @@ fn mnist_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
 }
 
 /// `n` 32x32 colour images (binary PPM) of 10 classes, stored PNG-encoded
-/// by Caffe's own `convert_imageset --encoded`.
-fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
+/// by Caffe's own `convert_imageset --encoded`, with `preload` preloaded
+/// if given (writes must go to libcaffe's own LMDB code).
+fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64, preload: Option<&Path>) -> PathBuf {
     let images = dir.join("images");
     std::fs::create_dir_all(&images).unwrap();
     let mut rng = kit::Rng::new(seed);
@@ -144,7 +145,11 @@ fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
     }
     std::fs::write(dir.join("list.txt"), list).unwrap();
     let db = dir.join("encoded_lmdb");
-    let out = Command::new("convert_imageset")
+    let mut cmd = Command::new("convert_imageset");
+    if let Some(plugin) = preload {
+        cmd.env("LD_PRELOAD", plugin);
+    }
+    let out = cmd
         .args(["--encoded", "--encode_type=png"])
         .arg(format!("{}/", images.display()))
         .arg(dir.join("list.txt"))
@@ -309,6 +314,10 @@ fn both_modes_print_the_stock_losses_iteration_by_iteration() {
     let stock = printed_losses(&logs[0].2);
     // 31 training lines (iterations 0..=30) and 4 tests of one output.
     assert_eq!(stock.len(), 31 + 4, "unexpected stock log:\n{}", logs[0].2);
+    // The comparison below is of real values ("Iter 7 2.0714", and for a
+    // test output its value and weighted value), not of empty strings.
+    let distinct: HashSet<&String> = stock.iter().collect();
+    assert!(distinct.len() > 30, "{stock:?}");
     let losses = training_losses(&logs[0].2);
     assert!(
         losses[losses.len() - 1] < 0.8 * losses[0],
@@ -336,7 +345,7 @@ fn both_modes_print_the_stock_losses_iteration_by_iteration() {
 fn random_crop_and_mirror_on_encoded_images_train() {
     let Some(plugin) = plugin() else { return };
     let work = kit::TempDir::new().unwrap();
-    let db = encoded_image_lmdb(work.path(), 300, 12);
+    let db = encoded_image_lmdb(work.path(), 300, 12, None);
     let spec = NetSpec {
         db: &db,
         transform: "scale: 0.00390625 mirror: true crop_size: 28",
@@ -400,7 +409,8 @@ fn float_data_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
 fn encoded_and_float_data_records_give_the_stock_losses() {
     let Some(plugin) = plugin() else { return };
     let work = kit::TempDir::new().unwrap();
-    let encoded = encoded_image_lmdb(work.path(), 120, 15);
+    // Written by convert_imageset with the plugin preloaded.
+    let encoded = encoded_image_lmdb(work.path(), 120, 15, Some(&plugin));
     let floats = float_data_lmdb(work.path(), 150, 16);
     for (db, transform) in [(&encoded, "scale: 0.00390625"), (&floats, "scale: 1")] {
         let spec = NetSpec {
@@ -463,22 +473,42 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         test: Some((8, 2)),
         max_iter: 10,
     };
-    for (mode, ranks) in [(Mode::Layer, 2), (Mode::Layer, 4), (Mode::ZeroChange, 2)] {
-        let solver = write_solver(work.path(), &format!("{mode:?}_{ranks}"), mode, &spec);
-        let keys = work.path().join(format!("keys_{mode:?}_{ranks}"));
+    // (mode, ranks, ranks per virtual node: 2 makes two nodes of 2 on 4
+    // ranks, each with its own reader and shared window)
+    for (mode, ranks, per_node) in [
+        (Mode::Layer, 2, "0"),
+        (Mode::Layer, 4, "0"),
+        (Mode::Layer, 4, "2"),
+        (Mode::ZeroChange, 2, "0"),
+    ] {
+        let run = format!("{mode:?}_{ranks}_{per_node}");
+        let solver = write_solver(work.path(), &run, mode, &spec);
+        let keys = work.path().join(format!("keys_{run}"));
         std::fs::create_dir_all(&keys).unwrap();
-        let out = train_mpi(
-            &plugin,
-            ranks,
-            &solver,
-            &[("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())],
-        );
+        let mut env = vec![("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())];
+        if per_node != "0" {
+            env.push(("LMDBIO_CAFFE_RANKS_PER_NODE", per_node));
+        }
+        let out = train_mpi(&plugin, ranks, &solver, &env);
         let log = assert_trained(&out, &format!("{mode:?} on {ranks} ranks"));
         assert_eq!(
             log.matches("Optimization Done.").count(),
             2 * ranks,
             "every rank must finish:\n{log}"
         );
+        if mode == Mode::Layer {
+            // The TRAIN layer has the engine: one reader per (virtual) node
+            // opens the file. The TEST layer reads its share per rank (one
+            // engine per process; see cpp/lmdbio_data_layer.hpp).
+            let nodes = if per_node == "0" { 1 } else { ranks / 2 };
+            assert_eq!(
+                log.matches("(1 file opens)").count(),
+                nodes,
+                "{run}: file opens:\n{log}"
+            );
+            assert_eq!(log.matches("(0 file opens)").count(), ranks - nodes);
+            assert_eq!(log.matches("per-rank reader").count(), ranks, "{run}");
+        }
         let shares = logged_keys(&keys, ranks);
         let mut seen = HashSet::new();
         for (rank, share) in shares.iter().enumerate() {
@@ -504,6 +534,44 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
 }
 
 #[test]
+fn shuffled_epochs_are_permutations_of_the_database() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let records = 240;
+    let db = mnist_lmdb(work.path(), records, 17);
+    // 14 iterations of 16 plus the prefetched batches: more than one epoch.
+    let spec = NetSpec {
+        db: &db,
+        transform: "scale: 0.00390625",
+        train_batch: 16,
+        test: None,
+        max_iter: 14,
+    };
+    let solver = write_solver(work.path(), "shuffled", Mode::Layer, &spec);
+    let keys = work.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let out = train(
+        &plugin,
+        Mode::Layer,
+        &solver,
+        &[
+            ("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap()),
+            ("LMDBIO_CAFFE_SHUFFLE_SEED", "7"),
+        ],
+    );
+    assert_trained(&out, "shuffled");
+    let text = std::fs::read_to_string(keys.join("rank-0.keys")).unwrap();
+    let delivered: Vec<&str> = text.lines().collect();
+    assert!(delivered.len() > records, "{} keys", delivered.len());
+    let epoch0 = &delivered[..records];
+    let distinct: BTreeSet<&str> = epoch0.iter().copied().collect();
+    assert_eq!(distinct.len(), records, "epoch 0 repeats a record");
+    let mut sorted = epoch0.to_vec();
+    sorted.sort_unstable();
+    assert_ne!(epoch0, &sorted[..], "epoch 0 is in key order: not shuffled");
+}
+
+#[test]
 fn damaged_databases_end_the_run_with_a_message() {
     let Some(plugin) = plugin() else { return };
     let work = kit::TempDir::new().unwrap();
@@ -520,18 +588,27 @@ fn damaged_databases_end_the_run_with_a_message() {
     }
     std::fs::write(damaged.join("data.mdb"), &bytes).unwrap();
 
-    // A record that is not a Datum, written by liblmdb among good ones.
+    // A record that is not a Datum, written by liblmdb among good ones; on
+    // two ranks it is in rank 1's share only (records 150..300), so rank 0
+    // is left waiting in a collective step when rank 1 stops.
     let bad_record = work.path().join("bad_record_lmdb");
-    copy_with_bad_record(&good, &bad_record, 37);
+    copy_with_bad_record(&good, &bad_record, 170);
+
+    // A valid LMDB layout lmdbio refuses: duplicate keys (MDB_DUPSORT).
+    let dupsort = work.path().join("dupsort_lmdb");
+    write_dupsort(&dupsort);
 
     let missing = work.path().join("no_such_lmdb");
-    let cases: [(&Path, Mode, usize, &str); 6] = [
+    let cases: [(&Path, Mode, usize, &str); 9] = [
         (&damaged, Mode::ZeroChange, 1, "corrupt"),
+        (&damaged, Mode::ZeroChange, 2, "corrupt"),
         (&damaged, Mode::Layer, 1, "corrupt"),
         (&damaged, Mode::Layer, 2, "corrupt"),
         (&missing, Mode::ZeroChange, 1, "no_such_lmdb"),
         (&missing, Mode::Layer, 2, "no_such_lmdb"),
+        (&dupsort, Mode::ZeroChange, 1, "unsupported"),
         (&bad_record, Mode::Layer, 1, "is not a caffe.Datum"),
+        (&bad_record, Mode::Layer, 2, "is not a caffe.Datum"),
     ];
     for (i, (db, mode, ranks, expect)) in cases.into_iter().enumerate() {
         let spec = NetSpec {
@@ -539,7 +616,8 @@ fn damaged_databases_end_the_run_with_a_message() {
             transform: "scale: 0.00390625",
             train_batch: 16,
             test: None,
-            max_iter: 5,
+            // Far enough for one process to reach record 170.
+            max_iter: 12,
         };
         let solver = write_solver(work.path(), &format!("bad_{i}"), mode, &spec);
         let out = if ranks == 1 {
@@ -595,6 +673,30 @@ fn copy_with_bad_record(from: &Path, to: &Path, bad: usize) {
             v
         };
         txn.put(db, k, &value, WriteFlags::empty()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+/// A database with duplicate keys (`MDB_DUPSORT`), written by liblmdb.
+fn write_dupsort(path: &Path) {
+    use lmdb::{DatabaseFlags, Environment, Transaction, WriteFlags};
+    std::fs::create_dir_all(path).unwrap();
+    let env = Environment::new()
+        .set_map_size(16 << 20)
+        .open(path)
+        .unwrap();
+    let db = env.create_db(None, DatabaseFlags::DUP_SORT).unwrap();
+    let mut txn = env.begin_rw_txn().unwrap();
+    for i in 0..50u32 {
+        for d in 0..3u32 {
+            txn.put(
+                db,
+                &format!("{i:08}"),
+                &d.to_be_bytes(),
+                WriteFlags::empty(),
+            )
+            .unwrap();
+        }
     }
     txn.commit().unwrap();
 }

@@ -4,7 +4,10 @@
 #include <mpi.h>
 
 #include <boost/thread/exceptions.hpp>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,32 @@
 namespace lmdbio_caffe {
 namespace {
 
+// A positive count from the environment, or 0 when unset.
+size_t env_count(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  CHECK(*end == '\0' && n > 0) << name << " must be a positive number, got \"" << v << "\"";
+  return static_cast<size_t>(n);
+}
+
+// Whether a layer of this process holds the engine (see the header).
+std::mutex engine_slot_mutex;
+bool engine_slot_taken = false;
+
+bool claim_engine_slot() {
+  std::lock_guard<std::mutex> lock(engine_slot_mutex);
+  if (engine_slot_taken) return false;
+  engine_slot_taken = true;
+  return true;
+}
+
+void release_engine_slot() {
+  std::lock_guard<std::mutex> lock(engine_slot_mutex);
+  engine_slot_taken = false;
+}
+
 std::string printable_key(const lmdbio_record& record) {
   const char* k = static_cast<const char*>(record.key);
   return std::string(k, record.key_len);
@@ -28,6 +57,7 @@ template <typename Dtype>
 LmdbioDataLayer<Dtype>::LmdbioDataLayer(const caffe::LayerParameter& param)
     : caffe::BasePrefetchingDataLayer<Dtype>(param),
       engine_(nullptr),
+      reader_(nullptr),
       pending_(),
       has_pending_(false) {}
 
@@ -38,9 +68,19 @@ LmdbioDataLayer<Dtype>::~LmdbioDataLayer() {
   // so the collective close below meets every rank.
   this->StopInternalThread();
   pool_.reset();
-  if (engine_ != nullptr && lmdbio_close(engine_) != LMDBIO_OK) {
+  lmdbio_caffe_reader_free(reader_);
+  if (engine_ == nullptr) return;
+  lmdbio_counters c;
+  if (lmdbio_counters_get(engine_, &c) == LMDBIO_OK) {
+    LOG(INFO) << "LMDBIOData " << this->layer_param_.name() << ": " << source_ << ": "
+              << c.records_delivered << " records delivered, " << c.bytes_read
+              << " bytes read by this rank in " << c.read_requests << " requests ("
+              << c.file_opens << " file opens), " << c.wait_seconds << " s waiting";
+  }
+  if (lmdbio_close(engine_) != LMDBIO_OK) {
     LOG(ERROR) << "LMDBIOData: closing " << source_ << ": " << lmdbio_last_error();
   }
+  release_engine_slot();
 }
 
 template <typename Dtype>
@@ -52,33 +92,30 @@ void LmdbioDataLayer<Dtype>::DataLayerSetUp(const std::vector<caffe::Blob<Dtype>
   const int batch_size = param.batch_size();
   CHECK_GT(batch_size, 0) << "LMDBIOData " << this->layer_param_.name()
                           << ": data_param.batch_size must be positive";
-  CHECK_EQ(param.backend(), caffe::DataParameter_DB_LMDB)
-      << "LMDBIOData " << this->layer_param_.name() << " reads LMDB only (" << source_ << ")";
+  // data_param's backend defaults to LEVELDB; only an explicit one is refused.
+  CHECK(!param.has_backend() || param.backend() == caffe::DataParameter_DB_LMDB)
+      << "LMDBIOData " << this->layer_param_.name() << " reads LMDB only (" << source_
+      << " is given as LEVELDB)";
 
   ensure_mpi(true);
-  // TRAIN and TEST layers each call their own engine from their own
-  // prefetch thread, concurrently.
-  CHECK_EQ(mpi_thread_level(), static_cast<int>(MPI_THREAD_MULTIPLE))
-      << "LMDBIOData needs MPI_THREAD_MULTIPLE; MPI was initialised with less";
+  // The engine is called from the prefetch thread, never at the same time
+  // as from the main thread (open before it starts, close after it stops);
+  // with MPI_THREAD_MULTIPLE (what the plugin asks for) the engine also
+  // reads ahead on a helper thread.
+  CHECK_GE(mpi_thread_level(), static_cast<int>(MPI_THREAD_SERIALIZED))
+      << "LMDBIOData needs at least MPI_THREAD_SERIALIZED; MPI was initialised with less";
 
-  lmdbio_options* options = nullptr;
-  CHECK_EQ(lmdbio_options_new(&options), LMDBIO_OK) << lmdbio_last_error();
-  CHECK_EQ(lmdbio_options_set_batch_size(options, batch_size), LMDBIO_OK) << lmdbio_last_error();
-  // Collective: every rank constructs its nets' layers in the same order.
-  const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
-  lmdbio_options_free(options);
-  if (rc != LMDBIO_OK) {
-    LOG(FATAL) << "LMDBIOData " << this->layer_param_.name() << ": cannot read LMDB " << source_
-               << ": " << lmdbio_last_error();
-  }
   int rank = 0, ranks = 1;
   uint64_t records = 0;
-  CHECK_EQ(lmdbio_rank_info(engine_, &rank, &ranks, nullptr, nullptr), LMDBIO_OK);
-  CHECK_EQ(lmdbio_record_count(engine_, &records), LMDBIO_OK);
+  if (claim_engine_slot()) {
+    open_engine(batch_size, &rank, &ranks, &records);
+  } else {
+    open_share_reader(&rank, &ranks, &records);
+  }
 
   // Like the stock layer, take the shape from the first record; the batch
   // read for it is the first one delivered.
-  next_engine_batch(&pending_);
+  next_batch(&pending_);
   has_pending_ = true;
   caffe::Datum datum;
   parse_datum(pending_.records[0], &datum);
@@ -105,9 +142,47 @@ void LmdbioDataLayer<Dtype>::DataLayerSetUp(const std::vector<caffe::Blob<Dtype>
     item_views_.emplace_back(new caffe::Blob<Dtype>());
   }
   LOG(INFO) << "LMDBIOData " << this->layer_param_.name() << ": " << source_ << ", " << records
-            << " records, rank " << rank << " of " << ranks << ", " << pool_->size()
+            << " records, rank " << rank << " of " << ranks << ", "
+            << (engine_ != nullptr ? "lmdbio engine" : "per-rank reader (another layer has the engine)")
+            << ", " << pool_->size()
             << " worker thread(s); output data size: " << top[0]->num() << ","
             << top[0]->channels() << "," << top[0]->height() << "," << top[0]->width();
+}
+
+template <typename Dtype>
+void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, uint64_t* records) {
+  lmdbio_options* options = nullptr;
+  CHECK_EQ(lmdbio_options_new(&options), LMDBIO_OK) << lmdbio_last_error();
+  CHECK_EQ(lmdbio_options_set_batch_size(options, batch_size), LMDBIO_OK) << lmdbio_last_error();
+  const size_t shuffle_seed = env_count("LMDBIO_CAFFE_SHUFFLE_SEED");
+  if (shuffle_seed > 0) {
+    CHECK_EQ(lmdbio_options_set_shuffle(options, shuffle_seed, 0), LMDBIO_OK)
+        << "LMDBIO_CAFFE_SHUFFLE_SEED: " << lmdbio_last_error();
+  }
+  const size_t ranks_per_node = env_count("LMDBIO_CAFFE_RANKS_PER_NODE");
+  if (ranks_per_node > 0) {
+    CHECK_EQ(lmdbio_options_set_ranks_per_node(options, ranks_per_node), LMDBIO_OK)
+        << "LMDBIO_CAFFE_RANKS_PER_NODE: " << lmdbio_last_error();
+  }
+  // Collective: every rank constructs its nets' layers in the same order.
+  const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
+  lmdbio_options_free(options);
+  if (rc != LMDBIO_OK) {
+    LOG(FATAL) << "LMDBIOData " << this->layer_param_.name() << ": cannot read LMDB " << source_
+               << ": " << lmdbio_last_error();
+  }
+  CHECK_EQ(lmdbio_rank_info(engine_, rank, ranks, nullptr, nullptr), LMDBIO_OK);
+  CHECK_EQ(lmdbio_record_count(engine_, records), LMDBIO_OK);
+}
+
+template <typename Dtype>
+void LmdbioDataLayer<Dtype>::open_share_reader(int* rank, int* ranks, uint64_t* records) {
+  world_rank_size(rank, ranks);
+  if (lmdbio_caffe_reader_open(source_.c_str(), *rank, *ranks, &reader_) != 0) {
+    LOG(FATAL) << "LMDBIOData " << this->layer_param_.name() << ": cannot read LMDB " << source_
+               << ": " << lmdbio_caffe_last_error();
+  }
+  CHECK_EQ(lmdbio_caffe_reader_share(reader_, records, nullptr, nullptr), 0);
 }
 
 // Caffe's loop checks must_stop() between batches, so a layer stops after
@@ -130,12 +205,53 @@ void LmdbioDataLayer<Dtype>::InternalThreadEntry() {
 }
 
 template <typename Dtype>
-void LmdbioDataLayer<Dtype>::next_engine_batch(lmdbio_batch* out) {
+void LmdbioDataLayer<Dtype>::next_batch(lmdbio_batch* out) {
+  if (engine_ == nullptr) {
+    next_reader_batch(out);
+    return;
+  }
   if (lmdbio_next_batch(engine_, out) != LMDBIO_OK) {
     LOG(FATAL) << "LMDBIOData " << this->layer_param_.name() << ": reading " << source_ << ": "
                << lmdbio_last_error();
   }
   CHECK_GT(out->count, 0u) << "LMDBIOData: " << source_ << " gave an empty batch";
+}
+
+// The share in key order, wrapping at its end as the engine does.
+template <typename Dtype>
+void LmdbioDataLayer<Dtype>::next_reader_batch(lmdbio_batch* out) {
+  const size_t batch_size = this->layer_param_.data_param().batch_size();
+  reader_keys_.resize(batch_size);
+  reader_values_.resize(batch_size);
+  reader_records_.resize(batch_size);
+  for (size_t i = 0; i < batch_size; ++i) {
+    if (!lmdbio_caffe_reader_valid(reader_)) lmdbio_caffe_reader_seek_to_first(reader_);
+    const void* key = nullptr;
+    const void* value = nullptr;
+    size_t key_len = 0, value_len = 0;
+    uint64_t ordinal = 0;
+    if (lmdbio_caffe_reader_key(reader_, &key, &key_len) != 0 ||
+        lmdbio_caffe_reader_ordinal(reader_, &ordinal) != 0 ||
+        lmdbio_caffe_reader_value(reader_, &value, &value_len) != 0) {
+      LOG(FATAL) << "LMDBIOData " << this->layer_param_.name() << ": reading " << source_ << ": "
+                 << lmdbio_caffe_last_error();
+    }
+    // Copies: the reader's buffer moves on with the next chunk.
+    reader_keys_[i].assign(static_cast<const char*>(key), key_len);
+    reader_values_[i].assign(static_cast<const char*>(value), value_len);
+    lmdbio_caffe_reader_next(reader_);
+    lmdbio_record& record = reader_records_[i];
+    record.key = reader_keys_[i].data();
+    record.key_len = key_len;
+    record.value = reader_values_[i].data();
+    record.value_len = value_len;
+    record.ordinal = ordinal;
+    record.epoch = 0;
+  }
+  out->records = reader_records_.data();
+  out->count = batch_size;
+  out->step = 0;
+  out->epoch = 0;
 }
 
 template <typename Dtype>
@@ -155,7 +271,7 @@ void LmdbioDataLayer<Dtype>::load_batch(caffe::Batch<Dtype>* batch) {
     records = pending_;
     has_pending_ = false;
   } else {
-    next_engine_batch(&records);
+    next_batch(&records);
   }
   const int batch_size = this->layer_param_.data_param().batch_size();
   CHECK_EQ(records.count, static_cast<size_t>(batch_size)) << "LMDBIOData: short batch";

@@ -32,7 +32,8 @@ bool ensure_mpi(bool even_alone) {
   MPI_Initialized(&initialized);
   if (initialized) return true;
   if (!launched_by_mpiexec() && !even_alone) return false;
-  // Caffe's TRAIN and TEST prefetch threads call the engine concurrently.
+  // The engine is called from a prefetch thread and reads ahead on a
+  // helper thread of its own when MPI allows it.
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "libcaffe_lmdbio: MPI_Init_thread failed\n");

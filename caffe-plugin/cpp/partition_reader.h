@@ -25,6 +25,7 @@ int lmdbio_caffe_reader_share(lmdbio_caffe_reader* reader, uint64_t* out_records
 int lmdbio_caffe_reader_valid(lmdbio_caffe_reader* reader);
 int lmdbio_caffe_reader_seek_to_first(lmdbio_caffe_reader* reader);
 int lmdbio_caffe_reader_next(lmdbio_caffe_reader* reader);
+int lmdbio_caffe_reader_ordinal(lmdbio_caffe_reader* reader, uint64_t* out);
 int lmdbio_caffe_reader_key(lmdbio_caffe_reader* reader, const void** out, size_t* out_len);
 int lmdbio_caffe_reader_value(lmdbio_caffe_reader* reader, const void** out, size_t* out_len);
 

@@ -133,6 +133,27 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_next(r: *mut lmdbio_caffe_reader) -
     })
 }
 
+/// Ordinal (position in key order) of the current record.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_caffe_reader_ordinal(
+    r: *mut lmdbio_caffe_reader,
+    out: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: see `reader`.
+        let r = unsafe { reader(r) }?;
+        let ordinal = r
+            .ordinal()
+            .ok_or("the cursor is past the end of its share")?;
+        if out.is_null() {
+            return Err("out is NULL".into());
+        }
+        // SAFETY: non-NULL and writable per the header.
+        unsafe { *out = ordinal as u64 };
+        Ok(())
+    })
+}
+
 /// The current key; valid until the reader moves or is freed.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_caffe_reader_key(
