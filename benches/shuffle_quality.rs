@@ -57,7 +57,15 @@ fn main() {
     let (d, m) = measure(&(0..N).collect::<Vec<_>>());
     println!("{:<34} {:>22.1} {:>26.2}", "no shuffle (key order)", d, m);
     // 21 records of a 196 KB image Datum are about 4 MiB.
-    for (chunk, window) in [(21, 4), (21, 16), (21, 64), (5, 16), (1, 64)] {
+    for (chunk, window) in [
+        (21, 4),
+        (21, 16),
+        (21, 64),
+        (42, 16),
+        (84, 16),
+        (5, 16),
+        (1, 64),
+    ] {
         let order = EpochOrder::new(
             N,
             Some(Shuffle {

@@ -112,8 +112,19 @@ int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
 int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t chunk_records);
 /* Resume from a cursor written by lmdbio_cursor_get on the same rank of a
  * job with the same rank count, order options and database (refused
- * otherwise at lmdbio_open). The bytes are copied. */
+ * otherwise at lmdbio_open). The bytes are copied. Replaces a job cursor
+ * set before. */
 int lmdbio_options_set_resume(lmdbio_options *options, const void *cursor, size_t len);
+/* Resume from a job cursor written by lmdbio_job_cursor_get, taken with the
+ * same order options and database. Every rank passes the same bytes. On the
+ * job's rank count the job resumes exactly. On another rank count, only if
+ * repartition is nonzero: the records of the current epoch that no rank
+ * was handed yet (by lmdbio_next_batch; read-ahead does not count) are
+ * split among the new ranks, each once, in contiguous runs; then normal
+ * epochs follow. Refused at lmdbio_open otherwise. The bytes are copied;
+ * replaces a rank cursor set before. */
+int lmdbio_options_set_resume_job(lmdbio_options *options, const void *job_cursor, size_t len,
+                                  int repartition);
 /* An MPI-IO hint passed to MPI_File_open, e.g. ("romio_cb_read", "disable"). */
 int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char *value);
 
@@ -130,6 +141,13 @@ int lmdbio_rank_info(const lmdbio_engine *engine, int *rank, int *ranks, int *no
 /* Writes this rank's cursor (its position after the batches delivered so
  * far) into buf, which holds len >= LMDBIO_CURSOR_BYTES bytes. Local. */
 int lmdbio_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, size_t *out_len);
+/* Size of this job's job cursor: every rank's cursor plus the remainder the
+ * job started with. Local; the same on every rank. */
+int lmdbio_job_cursor_size(const lmdbio_engine *engine, size_t *out);
+/* COLLECTIVE: writes the job cursor (the same bytes on every rank) into buf,
+ * which holds len >= lmdbio_job_cursor_size bytes. A job that was itself
+ * re-partitioned can only be resumed from its job cursor. */
+int lmdbio_job_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, size_t *out_len);
 int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
 /* COLLECTIVE over the node: sums of the node's counters. */
 int lmdbio_node_counters(const lmdbio_engine *engine, lmdbio_counters *out);

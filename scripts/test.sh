@@ -11,6 +11,9 @@ bash scripts/setup.sh
 # Pin MPICH explicitly: with Open MPI also installed, the generic names may
 # point at either implementation.
 export MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich
+# The Caffe plugin (caffe-plugin/) must build and its tests must run here:
+# without Caffe's headers the build fails instead of skipping.
+export LMDBIO_REQUIRE_CAFFE=1
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -26,6 +29,8 @@ cargo test --workspace --locked
 step "MPI tests again with Open MPI (built against it in its own target dir)"
 MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
   cargo test --locked --target-dir target/openmpi -p lmdbio-tools --test mpi --test c_abi
+MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
+  cargo test --locked --target-dir target/openmpi -p lmdbio-caffe --test caffe
 
 step "fuzz smoke (bounded)"
 LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh

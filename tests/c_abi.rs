@@ -41,17 +41,16 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-#[test]
-fn c_program_reads_two_epochs_and_checks_every_record() {
+/// Compiles `tests/c/NAME.c` against the header and this build's library.
+fn compile(name: &str, work: &Path) -> PathBuf {
     let lib = library_dir();
-    let work = kit::TempDir::new().unwrap();
-    let exe = work.path().join("read_two_epochs");
+    let exe = work.join(name);
     let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc.mpich".into());
     let out = Command::new(&mpicc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
         .arg("-I")
         .arg(workspace().join("include"))
-        .arg(workspace().join("tests/c/read_two_epochs.c"))
+        .arg(workspace().join(format!("tests/c/{name}.c")))
         .arg(format!("-L{}", lib.display()))
         .arg("-llmdbio")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
@@ -64,18 +63,31 @@ fn c_program_reads_two_epochs_and_checks_every_record() {
         "{mpicc} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    exe
+}
 
+/// liblmdb's records as the C programs' manifest: key hex, value length,
+/// FNV-1a 64 of the value.
+fn write_manifest(fx: &kit::Fixture, work: &Path) -> PathBuf {
+    let manifest = work.join(format!("{}.manifest", fx.name));
+    let text: String = fx
+        .oracle()
+        .iter()
+        .map(|(k, v)| {
+            let key: String = k.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{key} {} {:x}\n", v.len(), fnv1a(v))
+        })
+        .collect();
+    std::fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+#[test]
+fn c_program_reads_two_epochs_and_checks_every_record() {
+    let work = kit::TempDir::new().unwrap();
+    let exe = compile("read_two_epochs", work.path());
     for fx in [kit::caffe_style(777, 3000, 71), kit::churned(72)] {
-        let manifest = work.path().join(format!("{}.manifest", fx.name));
-        let text: String = fx
-            .oracle()
-            .iter()
-            .map(|(k, v)| {
-                let key: String = k.iter().map(|b| format!("{b:02x}")).collect();
-                format!("{key} {} {:x}\n", v.len(), fnv1a(v))
-            })
-            .collect();
-        std::fs::write(&manifest, text).unwrap();
+        let manifest = write_manifest(&fx, work.path());
         for n in [1, 3, 4] {
             let mut cmd = kit::mpiexec(n, &exe);
             cmd.arg(&fx.path).arg(&manifest);
@@ -88,5 +100,24 @@ fn c_program_reads_two_epochs_and_checks_every_record() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+}
+
+#[test]
+fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
+    let work = kit::TempDir::new().unwrap();
+    let exe = compile("repartition", work.path());
+    let fx = kit::caffe_style(777, 3000, 80);
+    let manifest = write_manifest(&fx, work.path());
+    for n in [2, 4] {
+        let mut cmd = kit::mpiexec(n, &exe);
+        cmd.arg(&fx.path).arg(&manifest);
+        let out = kit::run_bounded(cmd);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("OK "),
+            "{n} ranks:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -238,6 +238,73 @@ fn only_readers_open_the_file_and_each_byte_is_read_once() {
     );
 }
 
+/// Issue 5's I/O shape: per node one file open and one reading rank, and
+/// requests no more than the coalescing target allows (each round and each
+/// index read may end a run early).
+#[test]
+fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
+    let fx = kit::overflow_only(120, 91);
+    let json_dir = kit::TempDir::new().unwrap();
+    let json = json_dir.path().join("run.json");
+    let target: u64 = 1 << 20;
+    let target_arg = target.to_string();
+    let out = mpiexec(
+        4,
+        &[
+            "--ranks-per-node",
+            "2",
+            "--batch",
+            "6",
+            "--coalesce",
+            &target_arg,
+            "--json",
+            json.to_str().unwrap(),
+            "--method",
+            "lmdbio",
+            "--method",
+            "raw",
+            fx.path.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let run = |m: &str| {
+        doc["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["method"] == m)
+            .unwrap()
+            .clone()
+    };
+    let lmdbio = run("lmdbio");
+    let f = |k: &str| lmdbio[k].as_f64().unwrap();
+    assert_eq!(f("file_opens_per_node"), 1.0);
+    assert_eq!(
+        f("reading_ranks_per_node"),
+        1.0,
+        "only the node's reader reads"
+    );
+    // The raw baseline's every-rank variant has both ranks of a node read.
+    assert_eq!(run("raw")["reading_ranks_per_node"].as_f64(), Some(2.0));
+    let bound = f("bytes_read_per_node") / target as f64
+        + lmdbio["rounds"].as_f64().unwrap()
+        + f("index_read_requests_per_node");
+    let requests = f("read_requests_per_node");
+    assert!(
+        requests <= bound.ceil(),
+        "{requests} requests per node, more than the coalescing bound {bound:.1}"
+    );
+    assert!(
+        requests >= f("bytes_read_per_node") / target as f64,
+        "runs longer than the target?"
+    );
+}
+
 fn assert_every_rank_fails(out: &Output, n: usize, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "expected failure; stderr: {stderr}");
@@ -468,7 +535,197 @@ fn cursors_from_another_database_or_rank_count_are_refused() {
         3,
         &["--batch", "4", "--resume", cursor, a.path.to_str().unwrap()],
     );
-    assert_every_rank_fails(&out, 3, "cursors of 2 ranks");
+    assert_every_rank_fails(&out, 3, "taken on 2 ranks and this job has 3");
+    // A job cursor missing a rank's cursor is refused before anything runs.
+    let bytes = std::fs::read(cursor).unwrap();
+    let cut = dir.path().join("cut.bin");
+    std::fs::write(&cut, &bytes[..bytes.len() - 104]).unwrap();
+    let out = mpiexec(
+        3,
+        &[
+            "--batch",
+            "4",
+            "--resume",
+            cut.to_str().unwrap(),
+            "--repartition",
+            a.path.to_str().unwrap(),
+        ],
+    );
+    assert_every_rank_fails(&out, 3, "incomplete job cursor");
+}
+
+/// Lines of epoch `epoch` in every rank's trace under each of `dirs`,
+/// without the epoch prefix, sorted.
+fn epoch_lines(dirs: &[PathBuf], epoch: u64) -> Vec<String> {
+    let prefix = format!("{epoch} ");
+    let mut lines: Vec<String> = dirs
+        .iter()
+        .flat_map(|d| traced_lines(d))
+        .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn bench_ok(fx: &kit::Fixture, n: usize, trace: &Path, extra: &[&str]) {
+    let out = bench_into(fx, n, trace, extra);
+    assert!(
+        out.status.success(),
+        "-n {n} {extra:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// (partition, tail, shuffled, rank counts of three runs, batches after
+/// which the first two stop).
+type Handoffs = (
+    &'static str,
+    &'static str,
+    bool,
+    [usize; 3],
+    [&'static str; 2],
+);
+
+#[test]
+fn resumed_on_other_rank_counts_the_rest_of_the_epoch_is_delivered_once() {
+    let fx = kit::caffe_style(600, 4000, 78);
+    let oracle = oracle_lines(&fx);
+    let dir = kit::TempDir::new().unwrap();
+    // Stops land mid-epoch; 2 ranks x 45 batches
+    // of 7 strided wrap into epoch 1 (630 > 600), so some next-epoch
+    // records were delivered before the job moved.
+    let cases: [Handoffs; 6] = [
+        ("contiguous", "wrap", false, [3, 2, 4], ["11", "30"]),
+        ("strided", "wrap", true, [2, 4, 3], ["45", "5"]),
+        ("round-robin", "short", true, [4, 3, 2], ["6", "10"]),
+        ("contiguous", "short", true, [2, 4, 1], ["20", "3"]),
+        ("round-robin", "wrap", false, [3, 4, 2], ["9", "12"]),
+        ("strided", "short", false, [4, 2, 3], ["7", "25"]),
+    ];
+    for (k, (partition, tail, shuffle, ranks, stops)) in cases.into_iter().enumerate() {
+        let mut common = vec![
+            "--batch",
+            "7",
+            "--epochs",
+            "3",
+            "--ranks-per-node",
+            "2",
+            "--partition",
+            partition,
+            "--tail",
+            tail,
+        ];
+        if shuffle {
+            common.extend_from_slice(&["--shuffle", "5", "--shuffle-chunk", "25"]);
+        }
+        let cursors: Vec<String> = (0..2)
+            .map(|i| dir.path().join(format!("c{k}-{i}")).display().to_string())
+            .collect();
+        let traces: Vec<PathBuf> = (0..3)
+            .map(|i| dir.path().join(format!("t{k}-{i}")))
+            .collect();
+        for run in 0..3 {
+            let mut args = common.clone();
+            if run > 0 {
+                args.extend_from_slice(&["--resume", &cursors[run - 1], "--repartition"]);
+            }
+            if run < 2 {
+                args.extend_from_slice(&[
+                    "--stop-after",
+                    stops[run],
+                    "--save-cursor",
+                    &cursors[run],
+                ]);
+            }
+            bench_ok(&fx, ranks[run], &traces[run], &args);
+        }
+        for epoch in 0..3 {
+            assert!(
+                epoch_lines(&traces, epoch) == oracle,
+                "{partition} {tail} shuffle={shuffle} ranks {ranks:?}: epoch {epoch} is not every record once"
+            );
+        }
+        // Each run stopped inside an epoch the next run finished.
+        for pair in traces.windows(2) {
+            assert!(
+                (0..3).any(|e| {
+                    !epoch_lines(&pair[..1], e).is_empty() && !epoch_lines(&pair[1..], e).is_empty()
+                }),
+                "{partition} {tail}: a run stopped on an epoch boundary"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_repartitioned_job_resumes_exactly_on_its_own_rank_count() {
+    let fx = kit::caffe_style(500, 4000, 79);
+    let dir = kit::TempDir::new().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let first = path("first.bin").display().to_string();
+    let second = path("second.bin").display().to_string();
+    let common = [
+        "--batch",
+        "6",
+        "--epochs",
+        "2",
+        "--shuffle",
+        "3",
+        "--shuffle-chunk",
+        "20",
+        "--partition",
+        "strided",
+    ];
+    fn with<'a>(common: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [common, extra].concat()
+    }
+    bench_ok(
+        &fx,
+        3,
+        &path("t0"),
+        &with(&common, &["--stop-after", "9", "--save-cursor", &first]),
+    );
+    // The whole rest on 2 ranks, against the same rest in two pieces.
+    bench_ok(
+        &fx,
+        2,
+        &path("whole"),
+        &with(&common, &["--resume", &first, "--repartition"]),
+    );
+    bench_ok(
+        &fx,
+        2,
+        &path("a"),
+        &with(
+            &common,
+            &[
+                "--resume",
+                &first,
+                "--repartition",
+                "--stop-after",
+                "8",
+                "--save-cursor",
+                &second,
+            ],
+        ),
+    );
+    bench_ok(&fx, 2, &path("b"), &with(&common, &["--resume", &second]));
+    let (whole, a, b) = (
+        traces_by_rank(&path("whole"), 2),
+        traces_by_rank(&path("a"), 2),
+        traces_by_rank(&path("b"), 2),
+    );
+    for r in 0..2 {
+        assert!(!a[r].is_empty() && !b[r].is_empty());
+        assert!(
+            format!("{}{}", a[r], b[r]) == whole[r],
+            "rank {r} resumed differently"
+        );
+    }
+    // A re-partitioned job's rank cursors need its job cursor: a bare rank
+    // cursor of it names the remainder it cannot describe.
+    let bytes = std::fs::read(&second).unwrap();
+    assert_eq!(&bytes[..8], b"LMDBIOJ\0");
 }
 
 #[test]

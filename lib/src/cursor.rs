@@ -10,9 +10,13 @@
 //! "Delivered" means handed to the caller by `next_batch`: a cursor taken
 //! after k batches resumes with batch k+1, whatever the engine had already
 //! read ahead.
+//!
+//! A [`JobCursor`] gathers every rank's cursor of one job: it is what
+//! resuming on another rank count needs (see [`crate::resume`]).
 
 use crate::error::{Error, Result};
 use crate::order::Shuffle;
+use crate::resume::{PositionRun, Remainder};
 use crate::schedule::{Partition, Tail};
 
 pub const CURSOR_MAGIC: [u8; 8] = *b"LMDBIOC\0";
@@ -41,6 +45,10 @@ pub struct Cursor {
     pub epoch: u64,
     pub position: u64,
     pub database: DatabaseIdentity,
+    /// The job was itself resumed from a job cursor with re-partitioning
+    /// (its schedule starts with a remainder): `step` counts from that
+    /// job's start, so only its [`JobCursor`] can resume it.
+    pub after_repartition: bool,
 }
 
 impl Cursor {
@@ -61,7 +69,7 @@ impl Cursor {
             Tail::Short => 1,
         });
         b.push(u8::from(self.shuffle.is_some()));
-        b.push(0);
+        b.push(u8::from(self.after_repartition));
         let s = self.shuffle.unwrap_or(Shuffle {
             seed: 0,
             chunk: 0,
@@ -122,6 +130,11 @@ impl Cursor {
             }),
             x => return Err(bad(&format!("shuffle flag {x}"))),
         };
+        let after_repartition = match b[23] {
+            0 => false,
+            1 => true,
+            x => return Err(bad(&format!("re-partition flag {x}"))),
+        };
         Ok(Cursor {
             rank: u32_at(12),
             ranks: u32_at(16),
@@ -137,6 +150,7 @@ impl Cursor {
                 txnid: u64_at(88),
                 page_size: u32_at(96),
             },
+            after_repartition,
         })
     }
 
@@ -152,6 +166,198 @@ impl Cursor {
                 db.txnid,
                 db.page_size
             )));
+        }
+        Ok(())
+    }
+}
+
+pub const JOB_CURSOR_MAGIC: [u8; 8] = *b"LMDBIOJ\0";
+pub const JOB_CURSOR_VERSION: u32 = 1;
+const JOB_HEADER_BYTES: usize = 32;
+const RUN_BYTES: usize = 24;
+
+/// A whole job's position: every rank's cursor, in rank order, and the
+/// remainder the job started with (empty unless it was itself resumed with
+/// re-partitioning). This is what re-partitioning needs: which records of
+/// the current epoch nobody has been handed yet.
+///
+/// Encoding (little-endian): magic `LMDBIOJ\0`, version (u32), rank count
+/// P (u32), the remainder's next epoch (u64), its run count R (u64); R runs
+/// of (epoch, first position, length) as u64s; then the P rank cursors of
+/// `CURSOR_BYTES` each. `decode` also reads the bare concatenation of P
+/// rank cursors that `lmdbio bench --save-cursor` wrote before job cursors
+/// existed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCursor {
+    pub remainder: Remainder,
+    pub cursors: Vec<Cursor>,
+}
+
+impl JobCursor {
+    /// Checks that the cursors form one complete job.
+    pub fn new(remainder: Remainder, cursors: Vec<Cursor>) -> Result<JobCursor> {
+        let job = JobCursor { remainder, cursors };
+        job.validate()?;
+        Ok(job)
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.cursors.len()
+    }
+
+    /// Bytes of the encoding of a job of `ranks` ranks whose remainder has
+    /// `runs` runs.
+    pub fn encoded_len(ranks: usize, runs: usize) -> usize {
+        JOB_HEADER_BYTES + runs * RUN_BYTES + ranks * CURSOR_BYTES
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(Self::encoded_len(
+            self.cursors.len(),
+            self.remainder.runs.len(),
+        ));
+        b.extend_from_slice(&JOB_CURSOR_MAGIC);
+        b.extend_from_slice(&JOB_CURSOR_VERSION.to_le_bytes());
+        b.extend_from_slice(&(self.cursors.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.remainder.next_epoch.to_le_bytes());
+        b.extend_from_slice(&(self.remainder.runs.len() as u64).to_le_bytes());
+        for r in &self.remainder.runs {
+            for v in [r.epoch, r.start, r.len] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for c in &self.cursors {
+            b.extend_from_slice(&c.encode());
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<JobCursor> {
+        let bad = |why: String| Error::InvalidArgument(format!("not an lmdbio job cursor: {why}"));
+        if b.len() >= 8 && b[..8] == CURSOR_MAGIC {
+            // Rank cursors back to back, as written before job cursors.
+            if b.len() % CURSOR_BYTES != 0 {
+                return Err(bad(format!(
+                    "{} bytes of rank cursors is not a multiple of {CURSOR_BYTES}",
+                    b.len()
+                )));
+            }
+            let cursors = b
+                .chunks(CURSOR_BYTES)
+                .map(Cursor::decode)
+                .collect::<Result<Vec<_>>>()?;
+            return JobCursor::new(Remainder::default(), cursors);
+        }
+        if b.len() < JOB_HEADER_BYTES || b[..8] != JOB_CURSOR_MAGIC {
+            return Err(bad("wrong magic".into()));
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
+        let version = u32_at(8);
+        if version != JOB_CURSOR_VERSION {
+            return Err(Error::InvalidArgument(format!(
+                "job cursor format version {version} is not supported (this lmdbio reads version {JOB_CURSOR_VERSION})"
+            )));
+        }
+        let ranks = u32_at(12) as usize;
+        let next_epoch = u64_at(16);
+        let runs = u64_at(24);
+        let runs_end = (runs as u128) * RUN_BYTES as u128 + JOB_HEADER_BYTES as u128;
+        if runs_end > b.len() as u128 {
+            return Err(bad(format!(
+                "{runs} remainder runs do not fit in {} bytes",
+                b.len()
+            )));
+        }
+        let runs_end = runs_end as usize;
+        let held = (b.len() - runs_end) / CURSOR_BYTES;
+        if (b.len() - runs_end) % CURSOR_BYTES != 0 {
+            return Err(bad(format!(
+                "{} bytes after the remainder is not a whole number of {CURSOR_BYTES}-byte rank cursors",
+                b.len() - runs_end
+            )));
+        }
+        if held != ranks {
+            return Err(Error::InvalidArgument(format!(
+                "incomplete job cursor: the job had {ranks} ranks but it holds {held} rank cursors"
+            )));
+        }
+        let remainder = Remainder {
+            runs: (0..runs as usize)
+                .map(|i| {
+                    let at = JOB_HEADER_BYTES + i * RUN_BYTES;
+                    PositionRun {
+                        epoch: u64_at(at),
+                        start: u64_at(at + 8),
+                        len: u64_at(at + 16),
+                    }
+                })
+                .collect(),
+            next_epoch,
+        };
+        let cursors = b[runs_end..]
+            .chunks(CURSOR_BYTES)
+            .map(Cursor::decode)
+            .collect::<Result<Vec<_>>>()?;
+        JobCursor::new(remainder, cursors)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(Error::InvalidArgument(format!("invalid job cursor: {why}")));
+        let Some(first) = self.cursors.first() else {
+            return bad("it holds no rank cursors".into());
+        };
+        let n = self.cursors.len();
+        for (i, c) in self.cursors.iter().enumerate() {
+            if c.ranks as usize != n {
+                return Err(Error::InvalidArgument(format!(
+                    "incomplete job cursor: it holds {n} rank cursors but rank {}'s cursor says the job had {} ranks",
+                    c.rank, c.ranks
+                )));
+            }
+            if c.rank as usize != i {
+                return Err(Error::InvalidArgument(format!(
+                    "incomplete job cursor: entry {i} is rank {}'s cursor (each rank's cursor must appear once, in rank order)",
+                    c.rank
+                )));
+            }
+            let shape = |c: &Cursor| {
+                (
+                    c.partition,
+                    c.tail,
+                    c.batch,
+                    c.shuffle,
+                    c.database,
+                    c.after_repartition,
+                )
+            };
+            if shape(c) != shape(first) {
+                return bad(format!(
+                    "rank {i}'s cursor belongs to another job (order options or database differ from rank 0's)"
+                ));
+            }
+        }
+        if first.after_repartition == self.remainder.is_none() {
+            return bad(
+                "the rank cursors and the remainder disagree on whether the job was re-partitioned"
+                    .into(),
+            );
+        }
+        let entries = first.database.entries;
+        let mut prev: Option<&PositionRun> = None;
+        for r in &self.remainder.runs {
+            let in_order = prev.is_none_or(|p| (p.epoch, p.start + p.len) <= (r.epoch, r.start));
+            if r.len == 0
+                || r.epoch >= self.remainder.next_epoch
+                || r.start.checked_add(r.len).is_none_or(|end| end > entries)
+                || !in_order
+            {
+                return bad(format!(
+                    "remainder run {r:?} is empty, out of order, past the database's {entries} records or not before epoch {}",
+                    self.remainder.next_epoch
+                ));
+            }
+            prev = Some(r);
         }
         Ok(())
     }
@@ -181,6 +387,7 @@ mod tests {
                 txnid: 17,
                 page_size: 4096,
             },
+            after_repartition: false,
         }
     }
 
@@ -215,5 +422,85 @@ mod tests {
             .to_string()
             .contains("txnid 17"));
         assert!(c.check_database(c.database).is_ok());
+    }
+
+    fn job(ranks: u32) -> JobCursor {
+        let cursors = (0..ranks)
+            .map(|rank| Cursor {
+                rank,
+                ranks,
+                ..sample()
+            })
+            .collect();
+        JobCursor::new(Remainder::default(), cursors).unwrap()
+    }
+
+    #[test]
+    fn job_cursors_round_trip_and_read_bare_rank_cursors() {
+        let plain = job(3);
+        assert_eq!(JobCursor::decode(&plain.encode()).unwrap(), plain);
+        let bare: Vec<u8> = plain.cursors.iter().flat_map(Cursor::encode).collect();
+        assert_eq!(JobCursor::decode(&bare).unwrap(), plain);
+        let mut resumed = job(2);
+        for c in &mut resumed.cursors {
+            c.after_repartition = true;
+        }
+        resumed.remainder = Remainder {
+            runs: vec![
+                PositionRun {
+                    epoch: 4,
+                    start: 10,
+                    len: 5,
+                },
+                PositionRun {
+                    epoch: 5,
+                    start: 0,
+                    len: 3,
+                },
+            ],
+            next_epoch: 6,
+        };
+        let bytes = resumed.encode();
+        assert_eq!(bytes.len(), JobCursor::encoded_len(2, 2));
+        assert_eq!(&bytes[..8], b"LMDBIOJ\0");
+        assert_eq!(&bytes[32..40], &4u64.to_le_bytes());
+        assert_eq!(JobCursor::decode(&bytes).unwrap(), resumed);
+    }
+
+    #[test]
+    fn refuses_incomplete_mixed_and_other_version_job_cursors() {
+        let bytes = job(3).encode();
+        let e = JobCursor::decode(&bytes[..bytes.len() - CURSOR_BYTES])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("incomplete job cursor") && e.contains("3 ranks"),
+            "{e}"
+        );
+        let mut v2 = bytes.clone();
+        v2[8] = 2;
+        let e = JobCursor::decode(&v2).unwrap_err().to_string();
+        assert!(e.contains("version 2"), "{e}");
+        let mut mixed = job(2);
+        mixed.cursors[1].batch = 65;
+        let e = JobCursor::decode(&mixed.encode()).unwrap_err().to_string();
+        assert!(e.contains("another job"), "{e}");
+        let mut twice = job(2);
+        twice.cursors[1].rank = 0;
+        let e = JobCursor::decode(&twice.encode()).unwrap_err().to_string();
+        assert!(e.contains("entry 1 is rank 0"), "{e}");
+        let mut past = job(1);
+        past.cursors[0].after_repartition = true;
+        past.remainder = Remainder {
+            runs: vec![PositionRun {
+                epoch: 0,
+                start: 9_999,
+                len: 2,
+            }],
+            next_epoch: 1,
+        };
+        let e = JobCursor::decode(&past.encode()).unwrap_err().to_string();
+        assert!(e.contains("past the database"), "{e}");
+        assert!(JobCursor::decode(b"LMDBIOJ").is_err());
     }
 }

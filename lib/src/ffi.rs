@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
-use crate::cursor::Cursor;
+use crate::cursor::{Cursor, JobCursor};
 use crate::engine::{Counters, Engine, EngineOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::RawComm;
@@ -300,6 +300,29 @@ pub unsafe extern "C" fn lmdbio_options_set_resume(
             // SAFETY: the caller passes len readable bytes.
             let bytes = std::slice::from_raw_parts(cursor, len);
             o.resume = Some(Cursor::decode(bytes)?);
+            o.resume_job = None;
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_resume_job(
+    options: *mut lmdbio_options,
+    job_cursor: *const u8,
+    len: usize,
+    repartition: c_int,
+) -> c_int {
+    unsafe {
+        with_options(options, |o| {
+            if job_cursor.is_null() {
+                return Err(null("job_cursor"));
+            }
+            // SAFETY: the caller passes len readable bytes.
+            let bytes = std::slice::from_raw_parts(job_cursor, len);
+            o.resume_job = Some(JobCursor::decode(bytes)?);
+            o.repartition = repartition != 0;
+            o.resume = None;
             Ok(())
         })
     }
@@ -320,6 +343,50 @@ pub unsafe extern "C" fn lmdbio_cursor_get(
         if buf.is_null() || len < bytes.len() {
             return Err(Error::InvalidArgument(format!(
                 "the cursor needs {} bytes (LMDBIO_CURSOR_BYTES)",
+                bytes.len()
+            )));
+        }
+        // SAFETY: buf holds at least len >= bytes.len() writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+        if let Some(out) = unsafe { out_len.as_mut() } {
+            *out = bytes.len();
+        }
+        Ok(())
+    })
+}
+
+/// The size of the job cursor (local; the same on every rank).
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_job_cursor_size(
+    engine: *const lmdbio_engine,
+    out: *mut usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
+        *out = JobCursor::encoded_len(e.engine.ranks(), e.engine.schedule().remainder().runs.len());
+        Ok(())
+    })
+}
+
+/// Writes the job cursor (collective: gathers every rank's cursor).
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_job_cursor_get(
+    engine: *const lmdbio_engine,
+    buf: *mut u8,
+    len: usize,
+    out_len: *mut usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        // Gather first, check the buffer after: a rank with a short buffer
+        // must not leave the others waiting in the allgather.
+        let bytes = e.engine.job_cursor()?.encode();
+        if buf.is_null() || len < bytes.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the job cursor needs {} bytes (lmdbio_job_cursor_size)",
                 bytes.len()
             )));
         }

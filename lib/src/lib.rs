@@ -32,7 +32,9 @@
 //! 9. [`engine`]: nodes, readers, the index in node-shared memory, rounds of
 //!    coalesced collective reads into a shared window, zero-copy batches,
 //!    and one agreement per collective step so failures reach every rank.
-//! 10. [`cursor`]: a rank's position as a small portable value.
+//! 10. [`cursor`]: a rank's (and a job's) position as a small portable
+//!     value; [`resume`]: a resumed job's schedule, and re-partitioning onto
+//!     another rank count.
 //! 11. [`ffi`]: the C ABI of `include/lmdbio.h`.
 //!
 //! ```no_run
@@ -60,6 +62,7 @@ pub mod layout;
 pub mod mpi_raw;
 pub mod order;
 pub mod plan;
+pub mod resume;
 pub mod schedule;
 pub mod source;
 pub mod values;

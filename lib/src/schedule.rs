@@ -42,6 +42,18 @@ pub fn contiguous_block(records: u64, ranks: u64, rank: u64) -> (u64, u64) {
     )
 }
 
+/// The rank whose contiguous block (see [`contiguous_block`]) holds
+/// `position` (< `records`).
+pub fn contiguous_owner(records: u64, ranks: u64, position: u64) -> u64 {
+    let (base, extra) = (records / ranks, records % ranks);
+    let long = extra * (base + 1);
+    if position < long {
+        position / (base + 1)
+    } else {
+        extra + (position - long) / base
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Schedule {
     pub records: u64,
@@ -96,6 +108,53 @@ impl Schedule {
         match self.partition {
             Partition::Contiguous | Partition::Strided => self.share(0).1.div_ceil(self.batch),
             Partition::RoundRobinBatches => self.records.div_ceil(self.batch).div_ceil(self.ranks),
+        }
+    }
+
+    /// Where position `position` (< `records`) of epoch `epoch` is
+    /// delivered: `(rank, step, index in that step's batch)`. The inverse of
+    /// [`Schedule::for_each_slot`]; under `Tail::Wrap` batches are full, so
+    /// `step * batch + index` counts the records the rank received before it.
+    pub fn locate(&self, epoch: u64, position: u64) -> (u64, u64, u64) {
+        let (n, p, b) = (self.records, self.ranks, self.batch);
+        match (self.partition, self.tail) {
+            (Partition::Contiguous, Tail::Wrap) => {
+                let rank = contiguous_owner(n, p, position);
+                let (first, count) = contiguous_block(n, p, rank);
+                let s = epoch * count + (position - first);
+                (rank, s / b, s % b)
+            }
+            (Partition::RoundRobinBatches, Tail::Wrap) => {
+                let stream = epoch * n + position;
+                let global_batch = stream / b;
+                (global_batch % p, global_batch / p, stream % b)
+            }
+            (Partition::Strided, Tail::Wrap) => {
+                let stream = epoch * n + position;
+                let k = stream / p;
+                (stream % p, k / b, k % b)
+            }
+            (Partition::Contiguous, Tail::Short) => {
+                let rank = contiguous_owner(n, p, position);
+                let k = position - contiguous_block(n, p, rank).0;
+                (rank, epoch * self.batches_per_epoch() + k / b, k % b)
+            }
+            (Partition::Strided, Tail::Short) => {
+                let k = position / p;
+                (
+                    position % p,
+                    epoch * self.batches_per_epoch() + k / b,
+                    k % b,
+                )
+            }
+            (Partition::RoundRobinBatches, Tail::Short) => {
+                let global_batch = position / b;
+                (
+                    global_batch % p,
+                    epoch * self.batches_per_epoch() + global_batch / p,
+                    position % b,
+                )
+            }
         }
     }
 
@@ -231,6 +290,33 @@ mod tests {
             seen.values().all(|&n| n == 1),
             "{s:?}: a record repeated within an epoch"
         );
+    }
+
+    /// `locate` inverts `for_each_slot` in every mode, awkward sizes included.
+    #[test]
+    fn locate_finds_where_each_slot_is_delivered() {
+        for n in [1u64, 2, 5, 7, 13, 97] {
+            for p in [1u64, 2, 3, 4, 8] {
+                for b in [1u64, 3, 4, 10] {
+                    for mode in MODES {
+                        for tail in [Tail::Wrap, Tail::Short] {
+                            let s = Schedule::new(n, p, b, mode, tail);
+                            for r in 0..p {
+                                for t in 0..3 * (n.div_ceil(b) + 2) {
+                                    for (i, slot) in s.batch_slots(r, t).into_iter().enumerate() {
+                                        assert_eq!(
+                                            s.locate(slot.epoch, slot.position),
+                                            (r, t, i as u64),
+                                            "{s:?} {slot:?}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

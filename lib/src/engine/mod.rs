@@ -31,13 +31,14 @@ use std::time::Instant;
 use agree::{agree, agree_ok, agree_resource};
 use shared_index::SharedIndex;
 
-use crate::cursor::{Cursor, DatabaseIdentity};
+use crate::cursor::{Cursor, DatabaseIdentity, JobCursor, CURSOR_BYTES};
 use crate::database::data_file_path;
 use crate::error::{Error, Result};
 use crate::format::PAGEHDRSZ;
 use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, SharedWindow, ThreadLevel};
 use crate::order::{EpochOrder, Shuffle};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
+use crate::resume::{self, JobSchedule};
 use crate::schedule::{Partition, Schedule, Tail};
 use crate::values::overflow_header_problem;
 
@@ -78,6 +79,14 @@ pub struct EngineOptions {
     /// Continue from this rank's cursor, taken by a job with the same rank
     /// count, order options and database.
     pub resume: Option<Cursor>,
+    /// Continue from a job cursor ([`Engine::job_cursor`]) taken with the
+    /// same order options and database: exactly on the same rank count, or
+    /// on another one when `repartition` is set (see [`crate::resume`]).
+    pub resume_job: Option<JobCursor>,
+    /// Allow `resume_job` from a job of another rank count: the records of
+    /// the current epoch nobody was handed yet are split among this job's
+    /// ranks, then normal epochs follow.
+    pub repartition: bool,
     /// The caller will take at most this many steps: nothing past them is
     /// read ahead, and asking for more is an error. `None`: unbounded.
     pub step_limit: Option<u64>,
@@ -107,6 +116,8 @@ impl Default for EngineOptions {
             shuffle_chunk: None,
             shuffle_window_chunks: 16,
             resume: None,
+            resume_job: None,
+            repartition: false,
         }
     }
 }
@@ -280,7 +291,7 @@ pub struct Engine {
     index: SharedIndex,
     data: SharedWindow,
     page_size: u32,
-    schedule: Schedule,
+    schedule: JobSchedule,
     order: EpochOrder,
     database: DatabaseIdentity,
     /// World ranks of this node's members, in node order.
@@ -313,7 +324,14 @@ impl Engine {
         let is_reader = node.rank() < options.readers_per_node;
         let is_master = node.rank() == 0;
         let readers = world.split(is_reader.then_some(0), world.rank())?;
-        let masters = world.split(is_master.then_some(0), world.rank())?;
+        // With one reader per node the masters are the readers: a dup of
+        // their communicator (non-blocking) instead of a second split of
+        // the world (blocking, and slow when ranks outnumber cores).
+        let masters = if options.readers_per_node == 1 {
+            readers.as_ref().map(|r| Comm::dup(r.raw())).transpose()?
+        } else {
+            world.split(is_master.then_some(0), world.rank())?
+        };
         let members: Vec<u64> = node
             .allgather_i64(&[world.rank() as i64])?
             .into_iter()
@@ -383,9 +401,9 @@ impl Engine {
             txnid: built.txnid,
             page_size: built.page_size,
         };
-        let step = agree_ok(
+        let (schedule, step) = agree_ok(
             &world,
-            resume_step(&options, &schedule, shuffle, database, world.rank()),
+            resume_point(&options, schedule, shuffle, database, world.rank()),
         )?;
         Ok(Engine {
             pending: None,
@@ -438,7 +456,7 @@ impl Engine {
         self.readers.is_some()
     }
 
-    pub fn schedule(&self) -> &Schedule {
+    pub fn schedule(&self) -> &JobSchedule {
         &self.schedule
     }
 
@@ -457,18 +475,39 @@ impl Engine {
         let (epoch, position) = next
             .first()
             .map_or((self.last_epoch, 0), |s| (s.epoch, s.position));
+        let base = self.schedule.base();
         Cursor {
             rank: self.world.rank() as u32,
             ranks: self.world.size() as u32,
-            partition: self.schedule.partition,
-            tail: self.schedule.tail,
-            batch: self.schedule.batch,
+            partition: base.partition,
+            tail: base.tail,
+            batch: base.batch,
             shuffle: self.order.shuffle(),
             step: self.step,
             epoch,
             position,
             database: self.database,
+            after_repartition: !self.schedule.remainder().is_none(),
         }
+    }
+
+    /// The job's position: every rank's cursor and the remainder this job
+    /// started with. Collective (an allgather); resume any rank count from
+    /// it with [`EngineOptions::resume_job`].
+    pub fn job_cursor(&self) -> Result<JobCursor> {
+        // Gathered as i64 words: a cursor is 13 of them.
+        let mine = self.cursor().encode();
+        let words: Vec<i64> = mine
+            .chunks(8)
+            .map(|w| i64::from_le_bytes(w.try_into().unwrap_or_default()))
+            .collect();
+        let all = self.world.allgather_i64(&words)?;
+        let bytes: Vec<u8> = all.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let cursors = bytes
+            .chunks(CURSOR_BYTES)
+            .map(Cursor::decode)
+            .collect::<Result<Vec<_>>>()?;
+        JobCursor::new(self.schedule.remainder().clone(), cursors)
     }
 
     /// The next step to be delivered.
@@ -923,48 +962,30 @@ fn window_size(
     o.window_bytes.min(need.max(1 << 20) as usize)
 }
 
-/// The step to start from: 0, or a validated cursor's.
-fn resume_step(
+/// The schedule and step to start from: a fresh job's, or a validated
+/// cursor's.
+fn resume_point(
     options: &EngineOptions,
-    schedule: &Schedule,
+    base: Schedule,
     shuffle: Option<Shuffle>,
     database: DatabaseIdentity,
     rank: usize,
-) -> Result<u64> {
-    let Some(c) = &options.resume else {
-        return Ok(0);
-    };
-    c.check_database(database)?;
-    let mismatch = |what: String| {
-        Err(Error::InvalidArgument(format!(
-            "the cursor cannot resume this job: {what}"
-        )))
-    };
-    if c.ranks as u64 != schedule.ranks {
-        return mismatch(format!(
-            "it was taken on {} ranks and this job has {} (re-partitioning is not supported yet)",
-            c.ranks, schedule.ranks
-        ));
+) -> Result<(JobSchedule, u64)> {
+    match (&options.resume, &options.resume_job) {
+        (Some(_), Some(_)) => Err(Error::InvalidArgument(
+            "resume from a rank cursor or from a job cursor, not both".into(),
+        )),
+        (Some(c), None) => resume::from_rank_cursor(c, base, shuffle, database, rank as u64),
+        (None, Some(job)) => resume::from_job_cursor(
+            job,
+            base,
+            shuffle,
+            database,
+            rank as u64,
+            options.repartition,
+        ),
+        (None, None) => Ok((JobSchedule::plain(base), 0)),
     }
-    if c.rank as usize != rank {
-        return mismatch(format!(
-            "it belongs to rank {} and was given to rank {rank}",
-            c.rank
-        ));
-    }
-    if (c.batch, c.partition, c.tail) != (schedule.batch, schedule.partition, schedule.tail) {
-        return mismatch(format!(
-            "it was taken with batch {} {:?} {:?}, this job uses batch {} {:?} {:?}",
-            c.batch, c.partition, c.tail, schedule.batch, schedule.partition, schedule.tail
-        ));
-    }
-    if c.shuffle != shuffle {
-        return mismatch(format!(
-            "it was taken with shuffle {:?}, this job uses {:?}",
-            c.shuffle, shuffle
-        ));
-    }
-    Ok(c.step)
 }
 
 fn check_options(o: &EngineOptions) -> Result<()> {

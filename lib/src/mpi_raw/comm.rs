@@ -72,7 +72,12 @@ impl Comm {
         // SAFETY: `raw` is a communicator handle from the caller; out is a
         // valid pointer for the new handle.
         let mut out = unsafe { ffi::RSMPI_COMM_NULL };
-        check(unsafe { ffi::MPI_Comm_dup(raw, &mut out) }, "MPI_Comm_dup")?;
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        check(
+            unsafe { ffi::MPI_Comm_idup(raw, &mut out, &mut request) },
+            "MPI_Comm_idup",
+        )?;
+        wait_politely(&mut request, "MPI_Comm_idup")?;
         Comm::adopt(out)
     }
 
@@ -151,9 +156,15 @@ impl Comm {
         Comm::adopt(out).map(Some)
     }
 
+    /// A barrier that waits without spinning (see [`wait_politely`]).
     pub fn barrier(&self) -> Result<()> {
-        // SAFETY: valid communicator.
-        check(unsafe { ffi::MPI_Barrier(self.raw) }, "MPI_Barrier")
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: valid communicator and request out pointer.
+        check(
+            unsafe { ffi::MPI_Ibarrier(self.raw, &mut request) },
+            "MPI_Ibarrier",
+        )?;
+        wait_politely(&mut request, "MPI_Ibarrier")
     }
 
     /// In-place reduction of `values` across all ranks.
@@ -235,21 +246,35 @@ impl Comm {
         count: usize,
         datatype: ffi::MPI_Datatype,
     ) -> Result<()> {
-        // SAFETY: forwarded from the caller; the communicator is valid.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: forwarded from the caller; the communicator is valid and
+        // the buffer outlives the request, completed before returning.
         check(
-            unsafe { ffi::MPI_Bcast(buf, count as c_int, datatype, root as c_int, self.raw) },
-            "MPI_Bcast",
-        )
+            unsafe {
+                ffi::MPI_Ibcast(
+                    buf,
+                    count as c_int,
+                    datatype,
+                    root as c_int,
+                    self.raw,
+                    &mut request,
+                )
+            },
+            "MPI_Ibcast",
+        )?;
+        wait_politely(&mut request, "MPI_Ibcast")
     }
 
     /// Every rank contributes `mine` (same length everywhere); returns all
     /// contributions, rank-major.
     pub fn allgather_i64(&self, mine: &[i64]) -> Result<Vec<i64>> {
         let mut all = vec![0i64; mine.len() * self.size];
-        // SAFETY: send holds mine.len() i64s, recv size*mine.len().
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: send holds mine.len() i64s, recv size*mine.len(); both
+        // outlive the request, completed before returning.
         check(
             unsafe {
-                ffi::MPI_Allgather(
+                ffi::MPI_Iallgather(
                     mine.as_ptr() as *const c_void,
                     mine.len() as c_int,
                     ffi::RSMPI_INT64_T,
@@ -257,10 +282,12 @@ impl Comm {
                     mine.len() as c_int,
                     ffi::RSMPI_INT64_T,
                     self.raw,
+                    &mut request,
                 )
             },
-            "MPI_Allgather",
+            "MPI_Iallgather",
         )?;
+        wait_politely(&mut request, "MPI_Iallgather")?;
         Ok(all)
     }
 
@@ -283,10 +310,13 @@ impl Comm {
             displs.push(at);
             at += c;
         }
-        // SAFETY: buffers match the counts checked above; all ints fit.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: buffers match the counts checked above; all ints fit;
+        // buffers, counts and displacements outlive the request, completed
+        // before returning.
         check(
             unsafe {
-                ffi::MPI_Allgatherv(
+                ffi::MPI_Iallgatherv(
                     mine.as_ptr() as *const c_void,
                     mine.len() as c_int,
                     ffi::RSMPI_UINT8_T,
@@ -295,21 +325,30 @@ impl Comm {
                     displs.as_ptr(),
                     ffi::RSMPI_UINT8_T,
                     self.raw,
+                    &mut request,
                 )
             },
-            "MPI_Allgatherv",
-        )
+            "MPI_Iallgatherv",
+        )?;
+        wait_politely(&mut request, "MPI_Iallgatherv")
     }
 }
 
 /// Completes `request` without monopolising a core: test and yield the
-/// core for the first 2 ms, then test with a growing pause (up to 1 ms).
+/// core for the first 200 µs, then test with a growing pause (up to
+/// 500 µs).
 /// The engine's agreements are where ranks wait for the node's readers; a
 /// waiter spinning inside MPI takes the core a reader needs whenever ranks
 /// outnumber cores, while yielding costs nothing when they do not.
 fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
+    // Under MPI_THREAD_MULTIPLE every MPI_Test takes the library's lock; a
+    // rank yielding in a loop for milliseconds spent 30% of a core on it
+    // (perf, 2 ranks on 2 cores) while its reader needed the core. Waits
+    // for a round's read last milliseconds, so sleep early.
+    const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(200);
+    const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
     let started = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_micros(50);
+    let mut pause = std::time::Duration::from_micros(20);
     loop {
         let mut done: c_int = 0;
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -321,11 +360,11 @@ fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<(
         if done != 0 {
             return Ok(());
         }
-        if started.elapsed() < std::time::Duration::from_millis(2) {
+        if started.elapsed() < YIELD_FOR {
             std::thread::yield_now();
         } else {
             std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(1));
+            pause = (pause * 2).min(LONGEST_PAUSE);
         }
     }
 }

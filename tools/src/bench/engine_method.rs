@@ -5,36 +5,33 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::Instant;
 
-use lmdbio::cursor::{Cursor, CURSOR_BYTES};
+use lmdbio::cursor::JobCursor;
 use lmdbio::engine::Engine;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
+use super::progress::Progress;
 use super::report::Measurement;
 use super::{engine_options, hex, steps_for_epochs, Args};
 use crate::CommandError;
 
 pub fn run(
     args: &Args,
+    shuffle_seed: Option<u64>,
     world: &SimpleCommunicator,
     trace_dir: Option<&Path>,
 ) -> Result<Measurement, CommandError> {
     let mut options = engine_options(args)?;
+    options.shuffle_seed = shuffle_seed;
     if let Some(path) = &args.resume {
-        let bytes = std::fs::read(path)?;
         // Every rank reads the same file, so every rank reaches the same
-        // verdict here and none is left waiting in a collective call.
-        let saved = bytes.len() / CURSOR_BYTES;
-        if saved != world.size() as usize {
-            return Err(CommandError::Usage(format!(
-                "{}: holds cursors of {saved} ranks, this job has {} (re-partitioning to another rank count is not supported yet)",
-                path.display(),
-                world.size()
-            )));
-        }
-        let mine = &bytes[world.rank() as usize * CURSOR_BYTES..][..CURSOR_BYTES];
-        options.resume = Some(Cursor::decode(mine)?);
+        // verdict and none is left waiting in a collective call.
+        let bytes = std::fs::read(path)?;
+        let job = JobCursor::decode(&bytes)
+            .map_err(|e| CommandError::Usage(format!("{}: {e}", path.display())))?;
+        options.resume_job = Some(job);
+        options.repartition = args.repartition;
     }
     let opened = Instant::now();
     let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
@@ -59,7 +56,9 @@ pub fn run(
         ..Default::default()
     };
     let mut checksum = 0u64;
-    for _ in first_step..last {
+    let mut progress = Progress::new("lmdbio", args.progress, world.rank());
+    for step in first_step..last {
+        progress.update(step - first_step, last - first_step, m.delivered_bytes);
         let batch = engine.next_batch()?;
         for (i, rec) in batch.records().iter().enumerate() {
             let value = batch.value(i);
@@ -96,11 +95,11 @@ pub fn run(
         t.flush()?;
     }
     if let Some(path) = &args.save_cursor {
-        let mine = engine.cursor().encode();
-        let mut all = vec![0u8; mine.len() * world.size() as usize];
-        world.all_gather_into(&mine[..], &mut all[..]);
+        // One file for the whole job, written by rank 0: every rank's
+        // cursor and the remainder this run started with.
+        let job = engine.job_cursor()?;
         if world.rank() == 0 {
-            std::fs::write(path, &all)?;
+            std::fs::write(path, job.encode())?;
         }
     }
     m.seconds = opened.elapsed().as_secs_f64();
@@ -109,5 +108,7 @@ pub fn run(
     m.bytes_read = c.bytes_read;
     m.read_requests = c.read_requests;
     m.file_opens = c.file_opens;
+    m.index_read_requests = c.index_read_requests;
+    m.rounds = c.rounds;
     Ok(m)
 }

@@ -11,6 +11,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
+use super::progress::Progress;
 use super::report::Measurement;
 use super::sys::ProcessCounters;
 use super::{hex, Args};
@@ -68,6 +69,11 @@ pub fn run(
     // The contiguous block of the engine's default partition.
     let (first, count) = lmdbio::schedule::contiguous_block(records, ranks, rank);
     let mut checksum = 0u64;
+    let name = match walk {
+        Walk::Skip => "lmdb-skip",
+        Walk::OwnBlock => "lmdb-walk",
+    };
+    let mut progress = Progress::new(name, args.progress, world.rank());
     for epoch in 0..args.epochs {
         let mut cursor = txn.open_ro_cursor(db).map_err(lmdb_error)?;
         for (i, item) in cursor.iter_start().enumerate() {
@@ -83,6 +89,11 @@ pub fn run(
                 continue;
             }
             let (key, value) = item.map_err(lmdb_error)?;
+            progress.update(
+                epoch * records + i,
+                args.epochs * records,
+                m.delivered_bytes,
+            );
             checksum = value
                 .iter()
                 .fold(checksum, |h, &b| h.rotate_left(5) ^ b as u64);

@@ -5,6 +5,7 @@
 
 mod engine_method;
 mod lmdb_methods;
+mod progress;
 mod raw;
 mod report;
 mod sys;
@@ -12,7 +13,8 @@ mod sys;
 use std::path::PathBuf;
 
 use lmdbio::engine::EngineOptions;
-use lmdbio::schedule::{Partition, Schedule, Tail};
+use lmdbio::resume::JobSchedule;
+use lmdbio::schedule::{Partition, Tail};
 use lmdbio::CoalesceOptions;
 use mpi::traits::*;
 
@@ -22,6 +24,9 @@ use crate::CommandError;
 pub enum Method {
     /// lmdbio's engine.
     Lmdbio,
+    /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
+    /// 1): to compare with unshuffled reading in the same invocation.
+    LmdbioShuffled,
     /// liblmdb's mmap cursor, every rank scanning everything and keeping
     /// records i % P == rank (Caffe's multi-GPU Data layer).
     LmdbSkip,
@@ -39,6 +44,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Lmdbio => "lmdbio",
+            Method::LmdbioShuffled => "lmdbio-shuffled",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
@@ -55,12 +61,18 @@ pub struct Args {
     /// Drop the data file from the page cache before each method.
     #[arg(long)]
     cold: bool,
-    /// A line on stderr (rank 0) as each method finishes.
+    /// Lines on stderr (rank 0): every few seconds during a method, and as
+    /// each method finishes.
     #[arg(long)]
     progress: bool,
     /// Named database instead of the main one.
     #[arg(short = 's', value_name = "NAME")]
     subdb: Option<String>,
+    /// Run the whole list of methods N times, rotating its order each
+    /// time, and report each method's median run (every run is kept in the
+    /// JSON): on a shared machine one run of each says little.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat: usize,
     /// Epochs to read (every record of an epoch once across all ranks).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
@@ -105,12 +117,17 @@ pub struct Args {
     /// Stop after this many batches per rank (then --save-cursor).
     #[arg(long, value_name = "BATCHES")]
     stop_after: Option<u64>,
-    /// Write every rank's cursor to FILE when the run ends.
+    /// Write the job cursor (every rank's cursor, gathered; rank 0 writes)
+    /// to FILE when the run ends.
     #[arg(long, value_name = "FILE")]
     save_cursor: Option<PathBuf>,
-    /// Continue from the cursors in FILE (written by --save-cursor).
+    /// Continue from the job cursor in FILE (written by --save-cursor).
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
+    /// With --resume on another rank count: split the records of the
+    /// current epoch nobody received yet among this run's ranks.
+    #[arg(long, requires = "resume")]
+    repartition: bool,
     /// Steps read ahead per round.
     #[arg(long, value_name = "N", default_value_t = 4)]
     prefetch: usize,
@@ -162,13 +179,20 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     };
     let ctx = report::Context::new(&world, args.ranks_per_node);
     let mut runs = Vec::new();
-    for (n, &method) in methods.iter().enumerate() {
+    let repeat = args.repeat.max(1);
+    let total = methods.len() * repeat;
+    for n in 0..total {
+        // Rotate the order each repetition so no method always follows
+        // the same one (page cache, disk and thermal state carry over).
+        let (rep, i) = (n / methods.len(), n % methods.len());
+        let method = methods[(i + rep) % methods.len()];
         let cache = if args.cold {
             Some(sys::drop_cache(&args.db, &ctx)?)
         } else {
             None
         };
-        let trace_dir = args.trace.as_ref().map(|d| {
+        // Traces are written by the first repetition only.
+        let trace_dir = args.trace.as_ref().filter(|_| rep == 0).map(|d| {
             if methods.len() > 1 {
                 d.join(method.name())
             } else {
@@ -177,7 +201,13 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         });
         let before = sys::ProcessCounters::now();
         let m = match method {
-            Method::Lmdbio => engine_method::run(args, &world, trace_dir.as_deref())?,
+            Method::Lmdbio => engine_method::run(args, args.shuffle, &world, trace_dir.as_deref())?,
+            Method::LmdbioShuffled => engine_method::run(
+                args,
+                Some(args.shuffle.unwrap_or(1)),
+                &world,
+                trace_dir.as_deref(),
+            )?,
             Method::LmdbSkip => {
                 lmdb_methods::run(args, &world, trace_dir.as_deref(), lmdb_methods::Walk::Skip)?
             }
@@ -194,18 +224,20 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         runs.push(ctx.summarise(method.name(), args.epochs, &m, process, cache));
         if world.rank() == 0 && args.progress {
             eprintln!(
-                "bench: {} of {} methods done ({})",
+                "bench: {} of {} method runs done ({})",
                 n + 1,
-                methods.len(),
+                total,
                 method.name()
             );
         }
     }
+    let mut medians = report::medians(&runs, &methods);
+    report::add_ratios(&mut medians);
     report::add_ratios(&mut runs);
     if world.rank() == 0 {
-        report::print_table(&runs);
+        report::print_table(&medians);
         if let Some(path) = &args.json {
-            let doc = serde_json::json!({ "runs": runs });
+            let doc = serde_json::json!({ "repeat": repeat, "runs": medians, "all_runs": runs });
             std::fs::write(
                 path,
                 serde_json::to_vec_pretty(&doc).map_err(std::io::Error::other)?,
@@ -254,20 +286,23 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         shuffle_chunk: args.shuffle_chunk,
         shuffle_window_chunks: args.shuffle_window,
         resume: None,
+        resume_job: None,
+        repartition: false,
     })
 }
 
 /// Steps every rank must take so that every record of epochs `0..epochs`
 /// reaches its rank (collective calls: all ranks take the same number).
-pub(crate) fn steps_for_epochs(s: &Schedule, epochs: u64) -> u64 {
-    if s.records == 0 {
+pub(crate) fn steps_for_epochs(s: &JobSchedule, epochs: u64) -> u64 {
+    if s.records() == 0 {
         return epochs;
     }
     let done = |rank: u64, t: u64| {
         let slots = s.batch_slots(rank, t);
-        slots.is_empty() && s.tail == Tail::Wrap || slots.first().is_some_and(|x| x.epoch >= epochs)
+        slots.is_empty() && s.base().tail == Tail::Wrap
+            || slots.first().is_some_and(|x| x.epoch >= epochs)
     };
-    (0..s.ranks)
+    (0..s.ranks())
         .map(|rank| {
             // Slots never go back an epoch, so search for the first step
             // that starts at or past `epochs`.

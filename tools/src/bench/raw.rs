@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use mpi::traits::*;
 
+use super::progress::Progress;
 use super::report::{Context, Measurement};
 use super::Args;
 use crate::CommandError;
@@ -39,7 +40,13 @@ pub fn run(args: &Args, ctx: &Context, readers: Readers) -> Result<Measurement, 
         let mut buf = vec![0u8; REQUEST];
         let mut checksum = 0u64;
         let mut at = lo;
+        let name = match readers {
+            Readers::EveryRank => "raw",
+            Readers::OnePerNode => "raw-node",
+        };
+        let mut progress = Progress::new(name, args.progress, ctx.world.rank());
         while at < hi {
+            progress.update(at - lo, hi - lo, at - lo);
             let n = REQUEST.min((hi - at) as usize);
             file.read_exact_at(&mut buf[..n], at)?;
             checksum = buf[..n]

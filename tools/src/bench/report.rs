@@ -21,6 +21,11 @@ pub struct Measurement {
     /// Read requests (mmap readers: major page faults).
     pub read_requests: u64,
     pub file_opens: u64,
+    /// Of `read_requests`, those that read the tree for the index
+    /// (lmdbio only).
+    pub index_read_requests: u64,
+    /// Collective read rounds (lmdbio only): each may end a coalesced run.
+    pub rounds: u64,
 }
 
 /// The job's shape, for per-node figures.
@@ -96,6 +101,7 @@ impl<'w> Context<'w> {
         let seconds = self.max(m.seconds);
         let bytes = self.sum(m.delivered_bytes as f64);
         let nodes = self.nodes.max(1) as f64;
+        let mb_per_s = bytes / 1e6 / seconds.max(1e-9);
         Run {
             method,
             ranks: self.world.size() as usize,
@@ -103,7 +109,7 @@ impl<'w> Context<'w> {
             nodes: self.nodes,
             records: m.records_in_db,
             epochs,
-            mb_per_s: bytes / 1e6 / seconds.max(1e-9),
+            mb_per_s,
             records_per_s: self.sum(m.records as f64) / seconds.max(1e-9),
             time_to_first_batch_s: self.max(m.first_s),
             seconds,
@@ -111,6 +117,9 @@ impl<'w> Context<'w> {
             bytes_read_per_node: self.sum(m.bytes_read as f64) / nodes,
             read_requests_per_node: self.sum(m.read_requests as f64) / nodes,
             file_opens_per_node: self.sum(m.file_opens as f64) / nodes,
+            reading_ranks_per_node: self.sum(f64::from(u8::from(m.read_requests > 0))) / nodes,
+            index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
+            rounds: self.max(m.rounds as f64) as u64,
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
             major_faults_per_rank: self.max(process.major_faults as f64),
             minor_faults_per_rank: self.max(process.minor_faults as f64),
@@ -118,6 +127,9 @@ impl<'w> Context<'w> {
             cache_drop: cache,
             ratio_to_raw: None,
             ratio_to_lmdb_skip: None,
+            repeats: 1,
+            mb_per_s_min: mb_per_s,
+            mb_per_s_max: mb_per_s,
         }
     }
 }
@@ -138,6 +150,10 @@ pub struct Run {
     pub bytes_read_per_node: f64,
     pub read_requests_per_node: f64,
     pub file_opens_per_node: f64,
+    /// Ranks per node that issued any file read.
+    pub reading_ranks_per_node: f64,
+    pub index_read_requests_per_node: f64,
+    pub rounds: u64,
     /// What the kernel read from storage for the node's ranks.
     pub storage_read_bytes_per_node: f64,
     pub major_faults_per_rank: f64,
@@ -148,6 +164,37 @@ pub struct Run {
     pub cache_drop: Option<String>,
     pub ratio_to_raw: Option<f64>,
     pub ratio_to_lmdb_skip: Option<f64>,
+    /// Runs of this method in the invocation (`--repeat`), and the range
+    /// of their throughput; the row itself is the median run.
+    pub repeats: usize,
+    pub mb_per_s_min: f64,
+    pub mb_per_s_max: f64,
+}
+
+/// One row per method, in `methods` order: the run with the median
+/// throughput (the lower middle one for an even count), so every field of
+/// the row comes from one real run.
+pub fn medians(runs: &[Run], methods: &[super::Method]) -> Vec<Run> {
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for m in methods {
+        let name = m.name();
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let mut mine: Vec<&Run> = runs.iter().filter(|r| r.method == name).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        mine.sort_by(|a, b| a.mb_per_s.total_cmp(&b.mb_per_s));
+        let mut row = mine[(mine.len() - 1) / 2].clone();
+        row.repeats = mine.len();
+        row.mb_per_s_min = mine[0].mb_per_s;
+        row.mb_per_s_max = mine[mine.len() - 1].mb_per_s;
+        out.push(row);
+    }
+    out
 }
 
 /// Ratios to the storage limit (the better raw variant) and to lmdb-skip,
@@ -206,6 +253,15 @@ pub fn print_table(runs: &[Run]) {
             ratio(r.ratio_to_raw),
             ratio(r.ratio_to_lmdb_skip)
         );
+    }
+    if runs.iter().any(|r| r.repeats > 1) {
+        println!("medians of repeated runs; MB/s ranges:");
+        for r in runs {
+            println!(
+                "  {:<10} {:>8.1} .. {:<8.1} ({} runs)",
+                r.method, r.mb_per_s_min, r.mb_per_s_max, r.repeats
+            );
+        }
     }
     if let Some(c) = runs.first().and_then(|r| r.cache_drop.as_ref()) {
         println!("cold runs: {c} before each method");

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs `lmdbio bench` over a grid of rank counts and ranks per node, every
+# method in one invocation per grid point (so each row's ratios compare
+# figures measured minutes apart, not sessions apart), then writes a
+# Markdown table and an SVG plot of throughput against ranks.
+#
+#   scripts/bench-sweep.sh DB OUTDIR
+#
+# Environment (all optional):
+#   RANKS      rank counts             (default "1 2 4 8")
+#   PER_NODE   ranks per virtual node  (default "1 2"; skipped when > P)
+#   METHODS    bench methods           (default "raw raw-node lmdb-skip lmdb-walk lmdbio")
+#   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold --repeat $REPEAT")
+#   REPEAT     runs of each method per grid point, medians reported (default 3)
+#   MPIEXEC    launcher                (default mpiexec.mpich)
+#   LMDBIO     the lmdbio binary       (default target/release/lmdbio, built if missing)
+#   TITLE      plot title
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 DB OUTDIR" >&2
+  exit 2
+fi
+db=$1
+out=$2
+ranks=${RANKS:-1 2 4 8}
+per_node=${PER_NODE:-1 2}
+methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio}
+bench_args=${BENCH_ARGS:---batch 64 --cold --repeat ${REPEAT:-3}}
+mpiexec=${MPIEXEC:-mpiexec.mpich}
+lmdbio=${LMDBIO:-target/release/lmdbio}
+
+if [ ! -e "$db" ]; then
+  echo "$0: no database at $db" >&2
+  exit 1
+fi
+if [ ! -x "$lmdbio" ]; then
+  MPICC=${MPICC:-mpicc.mpich} cargo build --release -q -p lmdbio-tools
+fi
+mkdir -p "$out"
+
+method_args=()
+for m in $methods; do method_args+=(--method "$m"); done
+
+# Open MPI refuses root and more ranks than cores unless told.
+launcher=("$mpiexec")
+case "$("$mpiexec" --version 2>&1 | head -n 3)" in
+  *"Open MPI"* | *OpenRTE*)
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    launcher+=(--oversubscribe)
+    ;;
+esac
+
+{
+  echo "command: $0 $*"
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +changes)"
+  echo "launcher: ${launcher[*]}"
+  echo "bench args: $bench_args ${method_args[*]}"
+  echo "database: $db ($(du -sh "$db" | cut -f1))"
+  echo "file system: $(findmnt -n -o FSTYPE,SOURCE -T "$db" 2>/dev/null || echo unknown)"
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+} > "$out/sweep.txt"
+
+for p in $ranks; do
+  for k in $per_node; do
+    [ "$k" -le "$p" ] || continue
+    echo "== P=$p, $k rank(s) per node"
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
+    "${launcher[@]}" -n "$p" "$lmdbio" bench $bench_args --progress \
+      --ranks-per-node "$k" "${method_args[@]}" \
+      --json "$out/runs-p$p-k$k.json" "$db" | tee "$out/table-p$p-k$k.txt"
+  done
+done
+
+python3 scripts/plot-bench.py --title "${TITLE:-lmdbio bench: $(basename "$db")}" "$out"
+echo "== wrote $out/summary.md and $out/throughput.svg"

@@ -1,0 +1,702 @@
+//! The Caffe plugin with the real Caffe 1.0 binary (Debian 11's `caffe`):
+//! databases written by Caffe's own `convert_mnist_data` and
+//! `convert_imageset`, training runs of a small LeNet-style net with the
+//! stock Data layer and with `libcaffe_lmdbio.so` preloaded in both modes,
+//! under real mpiexec.
+//!
+//! Without Caffe (or its headers, so the plugin was not built) the tests say
+//! so and pass, unless `LMDBIO_REQUIRE_CAFFE` is set (as in
+//! `scripts/test.sh`), when they fail.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use lmdbio_testkit as kit;
+
+const TIMEOUT_SECONDS: &str = "120";
+
+/// The preloadable library of this build, or `None` (with a message) when
+/// Caffe or the plugin is missing and that is allowed.
+fn plugin() -> Option<PathBuf> {
+    let required = std::env::var("LMDBIO_REQUIRE_CAFFE").is_ok_and(|v| !v.is_empty() && v != "0");
+    // The condition under which caffe-plugin/build.rs builds the C++ half.
+    let headers = std::env::var("CAFFE_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
+    let missing = if !Path::new(&headers).join("caffe/caffe.hpp").exists() {
+        Some(format!(
+            "the plugin was not built (no {headers}/caffe/caffe.hpp)"
+        ))
+    } else if !Path::new("/usr/bin/caffe").exists() {
+        Some("/usr/bin/caffe is not installed".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = missing {
+        assert!(!required, "LMDBIO_REQUIRE_CAFFE is set but {why}");
+        eprintln!("SKIPPED: {why}; run scripts/setup.sh");
+        return None;
+    }
+    // Cargo builds the crate (cdylib + rlib) before its tests, into deps/
+    // beside this test binary.
+    let exe = std::env::current_exe().unwrap();
+    let so = exe.parent().unwrap().join("libcaffe_lmdbio.so");
+    assert!(so.exists(), "no {}", so.display());
+    Some(so)
+}
+
+/// How Caffe reads its data in a run.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Mode {
+    /// No plugin.
+    Stock,
+    /// Preloaded, prototxt unchanged (`type: "Data"`).
+    ZeroChange,
+    /// Preloaded, `type: "LMDBIOData"`.
+    Layer,
+}
+
+impl Mode {
+    fn layer_type(self) -> &'static str {
+        match self {
+            Mode::Stock | Mode::ZeroChange => "Data",
+            Mode::Layer => "LMDBIOData",
+        }
+    }
+}
+
+/// Synthetic 28x28 digits in IDX files, turned into an LMDB by Caffe's own
+/// `convert_mnist_data` (keys `%08d`). Class `c` is a noisy bar whose
+/// position depends on `c`, so a tiny net learns it within a few dozen
+/// iterations.
+fn mnist_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
+    let mut rng = kit::Rng::new(seed);
+    let mut images = Vec::with_capacity(16 + n * 784);
+    for word in [0x803u32, n as u32, 28, 28] {
+        images.extend_from_slice(&word.to_be_bytes());
+    }
+    let mut labels = Vec::with_capacity(8 + n);
+    for word in [0x801u32, n as u32] {
+        labels.extend_from_slice(&word.to_be_bytes());
+    }
+    for _ in 0..n {
+        let class = rng.below(10) as usize;
+        labels.push(class as u8);
+        for y in 0..28 {
+            for x in 0..28 {
+                let on = if class < 5 {
+                    y / 5 == class
+                } else {
+                    x / 5 == class - 5
+                };
+                let base: i64 = if on { 150 } else { 40 };
+                let noisy = base + rng.below(120) as i64 - 60;
+                images.push(noisy.clamp(0, 255) as u8);
+            }
+        }
+    }
+    let (img, lab) = (dir.join("images.idx"), dir.join("labels.idx"));
+    std::fs::write(&img, images).unwrap();
+    std::fs::write(&lab, labels).unwrap();
+    let db = dir.join("mnist_lmdb");
+    let out = Command::new("convert_mnist_data")
+        .arg(&img)
+        .arg(&lab)
+        .arg(&db)
+        .output()
+        .expect("run convert_mnist_data");
+    assert!(
+        out.status.success(),
+        "convert_mnist_data failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db
+}
+
+/// `n` 32x32 colour images (binary PPM) of 10 classes, stored PNG-encoded
+/// by Caffe's own `convert_imageset --encoded`, with `preload` preloaded
+/// if given (writes must go to libcaffe's own LMDB code).
+fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64, preload: Option<&Path>) -> PathBuf {
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    let mut rng = kit::Rng::new(seed);
+    let mut list = String::new();
+    for i in 0..n {
+        let class = rng.below(10) as usize;
+        let (cx, cy) = (4 + (class % 5) * 5, if class < 5 { 6 } else { 20 });
+        let mut ppm = b"P6\n32 32\n255\n".to_vec();
+        for y in 0..32 {
+            for x in 0..32 {
+                let inside = (cx..cx + 8).contains(&x) && (cy..cy + 8).contains(&y);
+                for channel in 0..3 {
+                    let base: i64 = if inside {
+                        120 + 40 * ((class + channel) % 3) as i64
+                    } else {
+                        50
+                    };
+                    let noisy = base + rng.below(60) as i64 - 30;
+                    ppm.push(noisy.clamp(0, 255) as u8);
+                }
+            }
+        }
+        let name = format!("img_{i:05}.ppm");
+        std::fs::write(images.join(&name), ppm).unwrap();
+        writeln!(list, "{name} {class}").unwrap();
+    }
+    std::fs::write(dir.join("list.txt"), list).unwrap();
+    let db = dir.join("encoded_lmdb");
+    let mut cmd = Command::new("convert_imageset");
+    if let Some(plugin) = preload {
+        cmd.env("LD_PRELOAD", plugin);
+    }
+    let out = cmd
+        .args(["--encoded", "--encode_type=png"])
+        .arg(format!("{}/", images.display()))
+        .arg(dir.join("list.txt"))
+        .arg(&db)
+        .output()
+        .expect("run convert_imageset");
+    assert!(
+        out.status.success(),
+        "convert_imageset failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db
+}
+
+struct NetSpec<'a> {
+    db: &'a Path,
+    transform: &'a str,
+    train_batch: usize,
+    /// TEST-phase data layer batch and iterations per test, if any.
+    test: Option<(usize, usize)>,
+    max_iter: usize,
+}
+
+/// Writes net and solver prototxt for `mode`; returns the solver's path.
+fn write_solver(dir: &Path, name: &str, mode: Mode, spec: &NetSpec) -> PathBuf {
+    let data_layer = |layer: &str, phase: &str, batch: usize| {
+        format!(
+            "layer {{ name: \"{layer}\" type: \"{}\" top: \"data\" top: \"label\" include {{ phase: {phase} }}\n  transform_param {{ {} }}\n  data_param {{ source: \"{}\" batch_size: {batch} backend: LMDB }} }}\n",
+            mode.layer_type(),
+            spec.transform,
+            spec.db.display()
+        )
+    };
+    let mut net = format!("name: \"{name}\"\n");
+    net += &data_layer("data", "TRAIN", spec.train_batch);
+    if let Some((batch, _)) = spec.test {
+        net += &data_layer("test_data", "TEST", batch);
+    }
+    net += r#"layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 5 stride: 1 weight_filler { type: "xavier" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool1" top: "ip1"
+  inner_product_param { num_output: 32 weight_filler { type: "xavier" } } }
+layer { name: "relu2" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"#;
+    let net_path = dir.join(format!("{name}.prototxt"));
+    std::fs::write(&net_path, net).unwrap();
+    let mut solver = format!(
+        "net: \"{}\"\nbase_lr: 0.02\nmomentum: 0.9\nlr_policy: \"fixed\"\ndisplay: 1\nmax_iter: {}\nrandom_seed: 1234\nsolver_mode: CPU\n",
+        net_path.display(),
+        spec.max_iter
+    );
+    if let Some((_, iters)) = spec.test {
+        write!(solver, "test_iter: {iters}\ntest_interval: 10\n").unwrap();
+    }
+    let solver_path = dir.join(format!("{name}_solver.prototxt"));
+    std::fs::write(&solver_path, solver).unwrap();
+    solver_path
+}
+
+/// `caffe train` in one process (no launcher), bounded in time.
+fn train(plugin: &Path, mode: Mode, solver: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", TIMEOUT_SECONDS, "caffe", "train"])
+        .arg(format!("--solver={}", solver.display()));
+    if mode != Mode::Stock {
+        cmd.env("LD_PRELOAD", plugin);
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("run caffe");
+    assert_ne!(out.status.code(), Some(124), "caffe hung: {cmd:?}");
+    out
+}
+
+/// `caffe train` under `mpiexec -n ranks` with the plugin preloaded into
+/// caffe only (not into the launcher).
+fn train_mpi(plugin: &Path, ranks: usize, solver: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = kit::mpiexec(ranks, Path::new("env"));
+    cmd.arg(format!("LD_PRELOAD={}", plugin.display()));
+    for (k, v) in env {
+        cmd.arg(format!("{k}={v}"));
+    }
+    cmd.args(["caffe", "train"])
+        .arg(format!("--solver={}", solver.display()));
+    kit::run_bounded(cmd)
+}
+
+fn log_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_trained(out: &Output, what: &str) -> String {
+    let log = log_of(out);
+    assert!(
+        out.status.success() && log.contains("Optimization Done."),
+        "{what} failed ({}):\n{log}",
+        out.status
+    );
+    log
+}
+
+/// The loss values Caffe printed, in order: per-iteration training losses
+/// ("Iteration N (...), loss = X" and the final "Iteration N, loss = X")
+/// and test-net outputs. Compared as printed text, so equality is exact.
+fn printed_losses(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|line| {
+            let tail = line.split_once("] ")?.1;
+            let is_loss = (tail.starts_with("Iteration ") && tail.contains("loss = "))
+                || tail.starts_with("    Test net output");
+            is_loss.then(|| {
+                // Drop the timing part, which differs between runs.
+                let iteration = tail.split([' ', ',']).nth(1).unwrap_or("");
+                let value = tail.rsplit_once("loss = ").map_or(tail, |(_, v)| v);
+                format!("{} {iteration} {value}", &tail[..4])
+            })
+        })
+        .collect()
+}
+
+fn training_losses(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.contains("] Iteration ") && l.contains("), loss = "))
+        .filter_map(|l| l.rsplit_once("loss = ")?.1.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn both_modes_print_the_stock_losses_iteration_by_iteration() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let db = mnist_lmdb(work.path(), 500, 11);
+    // 500 records in batches of 64: the TRAIN cursor wraps at iteration 7,
+    // and the TEST layer (batch 50, 3 per test) runs alongside.
+    let spec = NetSpec {
+        db: &db,
+        transform: "scale: 0.00390625",
+        train_batch: 64,
+        test: Some((50, 3)),
+        max_iter: 30,
+    };
+    let mut logs = Vec::new();
+    for (mode, env) in [
+        (Mode::Stock, &[][..]),
+        (Mode::ZeroChange, &[][..]),
+        (Mode::Layer, &[("LMDBIO_CAFFE_THREADS", "3")][..]),
+        (Mode::Layer, &[("LMDBIO_CAFFE_THREADS", "1")][..]),
+        (Mode::ZeroChange, &[("LMDBIO_CAFFE_DISABLE", "1")][..]),
+    ] {
+        let solver = write_solver(work.path(), &format!("lenet_{}", logs.len()), mode, &spec);
+        let log = assert_trained(
+            &train(&plugin, mode, &solver, env),
+            &format!("{mode:?} {env:?}"),
+        );
+        logs.push((mode, env, log));
+    }
+    let stock = printed_losses(&logs[0].2);
+    // 31 training lines (iterations 0..=30) and 4 tests of one output.
+    assert_eq!(stock.len(), 31 + 4, "unexpected stock log:\n{}", logs[0].2);
+    // The comparison below is of real values ("Iter 7 2.0714", and for a
+    // test output its value and weighted value), not of empty strings.
+    let distinct: HashSet<&String> = stock.iter().collect();
+    assert!(distinct.len() > 30, "{stock:?}");
+    let losses = training_losses(&logs[0].2);
+    assert!(
+        losses[losses.len() - 1] < 0.8 * losses[0],
+        "the stock run did not learn: {losses:?}"
+    );
+    for (mode, env, log) in &logs[1..] {
+        assert_eq!(
+            printed_losses(log),
+            stock,
+            "{mode:?} {env:?} differs from stock"
+        );
+    }
+    // Each run really went where it should.
+    assert!(!logs[0].2.contains("lmdbio"));
+    assert!(logs[1].2.contains("lmdbio: reading") && !logs[1].2.contains("LMDBIOData"));
+    assert!(logs[1]
+        .2
+        .contains("Restarting data prefetching from start."));
+    assert!(logs[2].2.contains("3 worker thread(s)"));
+    assert!(logs[3].2.contains("1 worker thread(s)"));
+    assert!(!logs[4].2.contains("lmdbio: reading"));
+}
+
+#[test]
+fn random_crop_and_mirror_on_encoded_images_train() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let db = encoded_image_lmdb(work.path(), 300, 12, None);
+    let spec = NetSpec {
+        db: &db,
+        transform: "scale: 0.00390625 mirror: true crop_size: 28",
+        train_batch: 32,
+        test: None,
+        max_iter: 40,
+    };
+    for mode in [Mode::ZeroChange, Mode::Layer] {
+        let solver = write_solver(work.path(), &format!("{mode:?}"), mode, &spec);
+        let log = assert_trained(&train(&plugin, mode, &solver, &[]), &format!("{mode:?}"));
+        let losses = training_losses(&log);
+        assert_eq!(losses.len(), 40, "{mode:?}:\n{log}");
+        let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
+        let (first, last) = (mean(&losses[..5]), mean(&losses[35..]));
+        eprintln!(
+            "{mode:?}: mean loss of the first 5 iterations {first:.3}, of the last 5 {last:.3}"
+        );
+        assert!(
+            last < 0.7 * first,
+            "{mode:?}: loss did not decrease ({first} -> {last}): {losses:?}"
+        );
+    }
+}
+
+/// A database of `caffe.Datum`s carrying `float_data` (1x8x8), written by
+/// liblmdb with `%08d` keys. The Datum wire format is encoded here: fields
+/// channels=1, height=2, width=3, label=5 (varints) and float_data=6
+/// (unpacked fixed32, as proto2 writes a repeated float).
+fn float_data_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
+    use lmdb::{Environment, Transaction, WriteFlags};
+    let db_path = dir.join("float_lmdb");
+    std::fs::create_dir_all(&db_path).unwrap();
+    let env = Environment::new()
+        .set_map_size(64 << 20)
+        .open(&db_path)
+        .unwrap();
+    let db = env.open_db(None).unwrap();
+    let mut txn = env.begin_rw_txn().unwrap();
+    let mut rng = kit::Rng::new(seed);
+    for i in 0..n {
+        let class = rng.below(10) as usize;
+        let mut datum = vec![0x08, 1, 0x10, 8, 0x18, 8, 0x28, class as u8];
+        for p in 0..64 {
+            let on = if class < 5 {
+                p / 8 == class
+            } else {
+                p % 8 == class - 3
+            };
+            let v = if on { 1.0f32 } else { 0.0 } + (rng.below(1000) as f32 / 1000.0 - 0.5);
+            datum.push(0x35);
+            datum.extend_from_slice(&v.to_le_bytes());
+        }
+        txn.put(db, &format!("{i:08}"), &datum, WriteFlags::empty())
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    db_path
+}
+
+#[test]
+fn encoded_and_float_data_records_give_the_stock_losses() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    // Written by convert_imageset with the plugin preloaded.
+    let encoded = encoded_image_lmdb(work.path(), 120, 15, Some(&plugin));
+    let floats = float_data_lmdb(work.path(), 150, 16);
+    for (db, transform) in [(&encoded, "scale: 0.00390625"), (&floats, "scale: 1")] {
+        let spec = NetSpec {
+            db,
+            transform,
+            train_batch: 16,
+            test: None,
+            max_iter: 12,
+        };
+        let mut stock = None;
+        for (mode, threads) in [
+            (Mode::Stock, "1"),
+            (Mode::ZeroChange, "1"),
+            (Mode::Layer, "3"),
+        ] {
+            let name = format!("{}_{mode:?}", db.file_name().unwrap().to_str().unwrap());
+            let solver = write_solver(work.path(), &name, mode, &spec);
+            let out = train(&plugin, mode, &solver, &[("LMDBIO_CAFFE_THREADS", threads)]);
+            let losses = printed_losses(&assert_trained(&out, &name));
+            assert_eq!(losses.len(), 13, "{name}");
+            match &stock {
+                None => stock = Some(losses),
+                Some(expected) => assert_eq!(&losses, expected, "{name} differs from stock"),
+            }
+        }
+    }
+}
+
+/// Keys (hex) logged per rank by `LMDBIO_CAFFE_KEY_LOG`.
+fn logged_keys(dir: &Path, ranks: usize) -> Vec<BTreeSet<String>> {
+    (0..ranks)
+        .map(|r| {
+            let text = std::fs::read_to_string(dir.join(format!("rank-{r}.keys")))
+                .unwrap_or_else(|e| panic!("rank {r} logged no keys: {e}"));
+            text.lines().map(str::to_owned).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn ranks_read_disjoint_shares_that_cover_the_database() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let records = 240;
+    let db = mnist_lmdb(work.path(), records, 13);
+    let all: BTreeSet<String> = (0..records)
+        .map(|i| {
+            format!("{i:08}")
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .collect();
+    // Batch 16 for 10 iterations (plus prefetch) covers every share of 240
+    // records on up to 4 ranks at least once.
+    let spec = NetSpec {
+        db: &db,
+        transform: "scale: 0.00390625",
+        train_batch: 16,
+        test: Some((8, 2)),
+        max_iter: 10,
+    };
+    // (mode, ranks, ranks per virtual node: 2 makes two nodes of 2 on 4
+    // ranks, each with its own reader and shared window)
+    for (mode, ranks, per_node) in [
+        (Mode::Layer, 2, "0"),
+        (Mode::Layer, 4, "0"),
+        (Mode::Layer, 4, "2"),
+        (Mode::ZeroChange, 2, "0"),
+    ] {
+        let run = format!("{mode:?}_{ranks}_{per_node}");
+        let solver = write_solver(work.path(), &run, mode, &spec);
+        let keys = work.path().join(format!("keys_{run}"));
+        std::fs::create_dir_all(&keys).unwrap();
+        let mut env = vec![("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())];
+        if per_node != "0" {
+            env.push(("LMDBIO_CAFFE_RANKS_PER_NODE", per_node));
+        }
+        let out = train_mpi(&plugin, ranks, &solver, &env);
+        let log = assert_trained(&out, &format!("{mode:?} on {ranks} ranks"));
+        assert_eq!(
+            log.matches("Optimization Done.").count(),
+            2 * ranks,
+            "every rank must finish:\n{log}"
+        );
+        if mode == Mode::Layer {
+            // The TRAIN layer has the engine: one reader per (virtual) node
+            // opens the file. The TEST layer reads its share per rank (one
+            // engine per process; see cpp/lmdbio_data_layer.hpp).
+            let nodes = if per_node == "0" { 1 } else { ranks / 2 };
+            assert_eq!(
+                log.matches("(1 file opens)").count(),
+                nodes,
+                "{run}: file opens:\n{log}"
+            );
+            assert_eq!(log.matches("(0 file opens)").count(), ranks - nodes);
+            assert_eq!(log.matches("per-rank reader").count(), ranks, "{run}");
+        }
+        let shares = logged_keys(&keys, ranks);
+        let mut seen = HashSet::new();
+        for (rank, share) in shares.iter().enumerate() {
+            assert_eq!(
+                share.len(),
+                records / ranks,
+                "{mode:?}: rank {rank} of {ranks} read {} distinct records",
+                share.len()
+            );
+            for key in share {
+                assert!(
+                    seen.insert(key.clone()),
+                    "{mode:?}: key {key} read by two ranks"
+                );
+            }
+        }
+        let union: BTreeSet<String> = seen.into_iter().collect();
+        assert_eq!(
+            union, all,
+            "{mode:?} on {ranks} ranks: shares do not cover the database"
+        );
+    }
+}
+
+#[test]
+fn shuffled_epochs_are_permutations_of_the_database() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let records = 240;
+    let db = mnist_lmdb(work.path(), records, 17);
+    // 14 iterations of 16 plus the prefetched batches: more than one epoch.
+    let spec = NetSpec {
+        db: &db,
+        transform: "scale: 0.00390625",
+        train_batch: 16,
+        test: None,
+        max_iter: 14,
+    };
+    let solver = write_solver(work.path(), "shuffled", Mode::Layer, &spec);
+    let keys = work.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let out = train(
+        &plugin,
+        Mode::Layer,
+        &solver,
+        &[
+            ("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap()),
+            ("LMDBIO_CAFFE_SHUFFLE_SEED", "7"),
+        ],
+    );
+    assert_trained(&out, "shuffled");
+    let text = std::fs::read_to_string(keys.join("rank-0.keys")).unwrap();
+    let delivered: Vec<&str> = text.lines().collect();
+    assert!(delivered.len() > records, "{} keys", delivered.len());
+    let epoch0 = &delivered[..records];
+    let distinct: BTreeSet<&str> = epoch0.iter().copied().collect();
+    assert_eq!(distinct.len(), records, "epoch 0 repeats a record");
+    let mut sorted = epoch0.to_vec();
+    sorted.sort_unstable();
+    assert_ne!(epoch0, &sorted[..], "epoch 0 is in key order: not shuffled");
+}
+
+#[test]
+fn damaged_databases_end_the_run_with_a_message() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let good = mnist_lmdb(work.path(), 300, 14);
+
+    // Tree pages overwritten: the index build finds them.
+    let damaged = work.path().join("damaged_lmdb");
+    std::fs::create_dir_all(&damaged).unwrap();
+    let mut bytes = std::fs::read(good.join("data.mdb")).unwrap();
+    let page = 4096;
+    let pages = bytes.len() / page;
+    for b in &mut bytes[(pages / 2) * page..(pages / 2 + 3) * page] {
+        *b = 0xAB;
+    }
+    std::fs::write(damaged.join("data.mdb"), &bytes).unwrap();
+
+    // A record that is not a Datum, written by liblmdb among good ones; on
+    // two ranks it is in rank 1's share only (records 150..300), so rank 0
+    // is left waiting in a collective step when rank 1 stops.
+    let bad_record = work.path().join("bad_record_lmdb");
+    copy_with_bad_record(&good, &bad_record, 170);
+
+    // A valid LMDB layout lmdbio refuses: duplicate keys (MDB_DUPSORT).
+    let dupsort = work.path().join("dupsort_lmdb");
+    write_dupsort(&dupsort);
+
+    let missing = work.path().join("no_such_lmdb");
+    let cases: [(&Path, Mode, usize, &str); 9] = [
+        (&damaged, Mode::ZeroChange, 1, "corrupt"),
+        (&damaged, Mode::ZeroChange, 2, "corrupt"),
+        (&damaged, Mode::Layer, 1, "corrupt"),
+        (&damaged, Mode::Layer, 2, "corrupt"),
+        (&missing, Mode::ZeroChange, 1, "no_such_lmdb"),
+        (&missing, Mode::Layer, 2, "no_such_lmdb"),
+        (&dupsort, Mode::ZeroChange, 1, "unsupported"),
+        (&bad_record, Mode::Layer, 1, "is not a caffe.Datum"),
+        (&bad_record, Mode::Layer, 2, "is not a caffe.Datum"),
+    ];
+    for (i, (db, mode, ranks, expect)) in cases.into_iter().enumerate() {
+        let spec = NetSpec {
+            db,
+            transform: "scale: 0.00390625",
+            train_batch: 16,
+            test: None,
+            // Far enough for one process to reach record 170.
+            max_iter: 12,
+        };
+        let solver = write_solver(work.path(), &format!("bad_{i}"), mode, &spec);
+        let out = if ranks == 1 {
+            train(&plugin, mode, &solver, &[])
+        } else {
+            train_mpi(&plugin, ranks, &solver, &[])
+        };
+        let log = log_of(&out);
+        let what = format!("{mode:?} on {ranks} rank(s) reading {}", db.display());
+        assert!(!out.status.success(), "{what} succeeded:\n{log}");
+        let fatal = log
+            .lines()
+            .find(|l| l.starts_with('F') && l.contains(expect))
+            .unwrap_or_else(|| panic!("{what}: no fatal log line with {expect:?}:\n{log}"));
+        eprintln!("{what}: {fatal}");
+        assert!(
+            fatal.contains(&db.display().to_string()),
+            "{what}: the message does not name the database: {fatal}"
+        );
+        assert!(
+            !log.contains("Segmentation fault"),
+            "{what}: crashed:\n{log}"
+        );
+    }
+}
+
+/// Copies every record of `from` into a new database, replacing record
+/// `bad`'s value with bytes that are not a protobuf message.
+fn copy_with_bad_record(from: &Path, to: &Path, bad: usize) {
+    use lmdb::{Cursor, Environment, EnvironmentFlags, Transaction, WriteFlags};
+    let source = Environment::new()
+        .set_flags(EnvironmentFlags::READ_ONLY)
+        .open(from)
+        .unwrap();
+    let records: Vec<(Vec<u8>, Vec<u8>)> = {
+        let db = source.open_db(None).unwrap();
+        let txn = source.begin_ro_txn().unwrap();
+        let mut cursor = txn.open_ro_cursor(db).unwrap();
+        cursor
+            .iter_start()
+            .map(|r| r.unwrap())
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    };
+    std::fs::create_dir_all(to).unwrap();
+    let target = Environment::new().set_map_size(64 << 20).open(to).unwrap();
+    let db = target.open_db(None).unwrap();
+    let mut txn = target.begin_rw_txn().unwrap();
+    for (i, (k, v)) in records.iter().enumerate() {
+        let value: &[u8] = if i == bad {
+            &[0xff, 0xff, 0xff, 0xff]
+        } else {
+            v
+        };
+        txn.put(db, k, &value, WriteFlags::empty()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+/// A database with duplicate keys (`MDB_DUPSORT`), written by liblmdb.
+fn write_dupsort(path: &Path) {
+    use lmdb::{DatabaseFlags, Environment, Transaction, WriteFlags};
+    std::fs::create_dir_all(path).unwrap();
+    let env = Environment::new()
+        .set_map_size(16 << 20)
+        .open(path)
+        .unwrap();
+    let db = env.create_db(None, DatabaseFlags::DUP_SORT).unwrap();
+    let mut txn = env.begin_rw_txn().unwrap();
+    for i in 0..50u32 {
+        for d in 0..3u32 {
+            txn.put(
+                db,
+                &format!("{i:08}"),
+                &d.to_be_bytes(),
+                WriteFlags::empty(),
+            )
+            .unwrap();
+        }
+    }
+    txn.commit().unwrap();
+}
