@@ -9,7 +9,7 @@
 # Environment (all optional):
 #   RANKS      rank counts             (default "1 2 4 8")
 #   PER_NODE   ranks per virtual node  (default "1 2"; skipped when > P)
-#   METHODS    bench methods           (default "raw raw-node lmdb-skip lmdb-walk lmdbio")
+#   METHODS    bench methods           (default "raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled")
 #   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold --repeat $REPEAT")
 #   REPEAT     runs of each method per grid point, medians reported (default 3)
 #   MPIEXEC    launcher                (default mpiexec.mpich)
@@ -26,7 +26,7 @@ db=$1
 out=$2
 ranks=${RANKS:-1 2 4 8}
 per_node=${PER_NODE:-1 2}
-methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio}
+methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled}
 bench_args=${BENCH_ARGS:---batch 64 --cold --repeat ${REPEAT:-3}}
 mpiexec=${MPIEXEC:-mpiexec.mpich}
 lmdbio=${LMDBIO:-target/release/lmdbio}

@@ -18,6 +18,7 @@ COLOURS = {
     "lmdb-skip": "#d62728",
     "lmdb-walk": "#ff7f0e",
     "lmdbio": "#1f77b4",
+    "lmdbio-shuffled": "#9467bd",
 }
 DASHES = {1: "", 2: "6,4", 4: "2,3"}
 
