@@ -97,7 +97,8 @@ int lmdbio_options_set_ranks_per_node(lmdbio_options *options, size_t k);
 int lmdbio_options_set_readers_per_node(lmdbio_options *options, size_t readers);
 /* Bytes of node-shared memory for values (default 256 MiB). */
 int lmdbio_options_set_window_bytes(lmdbio_options *options, size_t bytes);
-/* Steps read ahead per collective round (default 4). */
+/* Steps read ahead per collective round, at most (default 16; fewer when
+ * half the window cannot hold them). */
 int lmdbio_options_set_prefetch(lmdbio_options *options, size_t steps);
 int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, uint64_t max_gap_bytes);
 /* 0: all readers at once (default); G: at most G readers read at a time. */

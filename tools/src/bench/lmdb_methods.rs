@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use super::progress::Progress;
 use super::report::Measurement;
 use super::sys::ProcessCounters;
-use super::{hex, Args};
+use super::{hex, touch, Args};
 use crate::CommandError;
 
 #[derive(Clone, Copy)]
@@ -94,9 +94,7 @@ pub fn run(
                 args.epochs * records,
                 m.delivered_bytes,
             );
-            checksum = value
-                .iter()
-                .fold(checksum, |h, &b| h.rotate_left(5) ^ b as u64);
+            checksum = touch(checksum, value);
             m.delivered_bytes += value.len() as u64;
             m.records += 1;
             if m.first_s == 0.0 {

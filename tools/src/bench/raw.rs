@@ -8,7 +8,7 @@ use mpi::traits::*;
 
 use super::progress::Progress;
 use super::report::{Context, Measurement};
-use super::Args;
+use super::{touch, Args};
 use crate::CommandError;
 
 /// Bytes per `pread`.
@@ -49,9 +49,7 @@ pub fn run(args: &Args, ctx: &Context, readers: Readers) -> Result<Measurement, 
             progress.update(at - lo, hi - lo, at - lo);
             let n = REQUEST.min((hi - at) as usize);
             file.read_exact_at(&mut buf[..n], at)?;
-            checksum = buf[..n]
-                .iter()
-                .fold(checksum, |h, &b| h.rotate_left(5) ^ b as u64);
+            checksum = touch(checksum, &buf[..n]);
             m.read_requests += 1;
             at += n as u64;
             if m.first_s == 0.0 {

@@ -158,7 +158,8 @@ pub struct Run {
     pub storage_read_bytes_per_node: f64,
     pub major_faults_per_rank: f64,
     pub minor_faults_per_rank: f64,
-    /// Largest peak RSS of any rank so far in the invocation.
+    /// Largest peak RSS of any rank during this method (the kernel's
+    /// high-water mark is reset before each method).
     pub peak_rss_mib_per_rank: f64,
     /// How the page cache was dropped before the run (`--cold`).
     pub cache_drop: Option<String>,

@@ -36,7 +36,7 @@ impl ProcessCounters {
         ProcessCounters {
             major_faults: usage.ru_majflt as u64,
             minor_faults: usage.ru_minflt as u64,
-            peak_rss_kib: usage.ru_maxrss as u64,
+            peak_rss_kib: peak_rss_since_reset().unwrap_or(usage.ru_maxrss as u64),
             storage_read_bytes,
         }
     }
@@ -52,6 +52,20 @@ impl ProcessCounters {
                 .saturating_sub(before.storage_read_bytes),
         }
     }
+}
+
+/// Starts a new peak-RSS measurement for this process (Linux: writing 5
+/// to `/proc/self/clear_refs` resets `VmHWM`), so each method's peak is its
+/// own and not the largest of every method run before it in the process.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// `VmHWM` of `/proc/self/status` in KiB: the peak since the last reset.
+fn peak_rss_since_reset() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Drops the data file from the page cache: `posix_fadvise(DONTNEED)` on
