@@ -9,6 +9,7 @@
 # Environment (all optional):
 #   RANKS      rank counts             (default "1 2 4 8")
 #   PER_NODE   ranks per virtual node  (default "1 2"; skipped when > P)
+#   POINTS     explicit P:K pairs instead of RANKS x PER_NODE, e.g. "1:1 2:1 4:2 8:2"
 #   METHODS    bench methods           (default "raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled")
 #   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold --repeat $REPEAT")
 #   REPEAT     runs of each method per grid point, medians reported (default 3)
@@ -63,15 +64,23 @@ esac
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 } > "$out/sweep.txt"
 
-for p in $ranks; do
-  for k in $per_node; do
-    [ "$k" -le "$p" ] || continue
-    echo "== P=$p, $k rank(s) per node"
-    # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
-    "${launcher[@]}" -n "$p" "$lmdbio" bench $bench_args --progress \
-      --ranks-per-node "$k" "${method_args[@]}" \
-      --json "$out/runs-p$p-k$k.json" "$db" | tee "$out/table-p$p-k$k.txt"
+points=${POINTS:-}
+if [ -z "$points" ]; then
+  for p in $ranks; do
+    for k in $per_node; do
+      if [ "$k" -le "$p" ]; then points="$points $p:$k"; fi
+    done
   done
+fi
+
+for point in $points; do
+  p=${point%:*}
+  k=${point#*:}
+  echo "== P=$p, $k rank(s) per node"
+  # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
+  "${launcher[@]}" -n "$p" "$lmdbio" bench $bench_args --progress \
+    --ranks-per-node "$k" "${method_args[@]}" \
+    --json "$out/runs-p$p-k$k.json" "$db" | tee "$out/table-p$p-k$k.txt"
 done
 
 python3 scripts/plot-bench.py --title "${TITLE:-lmdbio bench: $(basename "$db")}" "$out"

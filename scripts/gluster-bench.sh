@@ -43,8 +43,14 @@ started_glusterd=""
 created=""
 mounted=""
 
+sweep=""
 cleanup() {
   set +e
+  if [ -n "$sweep" ] && kill -0 "$sweep" 2>/dev/null; then
+    pkill -TERM -P "$sweep"
+    kill "$sweep"
+    wait "$sweep"
+  fi
   if [ -n "$mounted" ]; then umount "$mnt" || umount -l "$mnt"; fi
   if [ -n "$created" ]; then
     gluster --mode=script volume stop "$volume" force >/dev/null
@@ -83,5 +89,10 @@ echo "gluster: copying $db onto the volume"
 cp -r "$db" "$copy"
 sync
 
+# In the background and waited for, so an interrupt reaches the trap at
+# once (bash runs traps only between foreground commands) and the trap can
+# stop the sweep before tearing the volume down under it.
 TITLE="${TITLE:-lmdbio bench on loopback GlusterFS: $(basename "$db")}" \
-  bash scripts/bench-sweep.sh "$copy" "$out"
+  bash scripts/bench-sweep.sh "$copy" "$out" &
+sweep=$!
+wait "$sweep"
