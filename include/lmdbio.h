@@ -105,8 +105,10 @@ int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, 
 int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);
 /* Nonzero (default): MPI_File_read_at_all; zero: independent reads. */
 int lmdbio_options_set_collective(lmdbio_options *options, int collective);
-/* Nonzero (default): read the next round with non-blocking MPI-IO into the
- * other half of the window while the ranks work on the current one. */
+/* Nonzero (default): read the next round into the other half of the window
+ * while the ranks work on the current one (collective reads on a helper
+ * thread when MPI provides MPI_THREAD_MULTIPLE, independent reads as
+ * non-blocking MPI-IO). */
 int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
 /* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
  * values per chunk. Every rank computes the same order. */

@@ -92,8 +92,9 @@ pub struct EngineOptions {
     /// The caller will take at most this many steps: nothing past them is
     /// read ahead, and asking for more is an error. `None`: unbounded.
     pub step_limit: Option<u64>,
-    /// Read the next round (non-blocking MPI-IO into the other half of the
-    /// window) while the ranks work on the current one.
+    /// Read the next round into the other half of the window while the
+    /// ranks work on the current one (collective reads on a helper thread,
+    /// independent ones as non-blocking MPI-IO).
     pub overlap: bool,
 }
 
@@ -287,8 +288,8 @@ pub struct Engine {
     _masters: Option<Comm>,
     file: Option<Arc<MpiFile>>,
     /// Collective reads run on a helper thread while the ranks work (MPI
-    /// was initialised with MPI_THREAD_MULTIPLE); otherwise they are
-    /// non-blocking MPI-IO, which some MPI-IO layers only progress on wait.
+    /// was initialised with MPI_THREAD_MULTIPLE); otherwise they complete
+    /// when the round starts (see `MpiFile::start_read_runs`).
     threaded_reads: bool,
     index: SharedIndex,
     data: SharedWindow,
