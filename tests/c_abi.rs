@@ -82,6 +82,21 @@ fn write_manifest(fx: &kit::Fixture, work: &Path) -> PathBuf {
     manifest
 }
 
+/// Runs a compiled C test program on `n` ranks against `fx` and its
+/// manifest; it must exit cleanly and print its "OK" line.
+fn assert_c_program_passes(exe: &Path, fx: &kit::Fixture, manifest: &Path, n: usize) {
+    let mut cmd = kit::mpiexec(n, exe);
+    cmd.arg(&fx.path).arg(manifest);
+    let out = kit::run_bounded(cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("OK "),
+        "{} on {n} ranks:\n{stdout}\n{}",
+        fx.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn c_program_reads_two_epochs_and_checks_every_record() {
     let work = kit::TempDir::new().unwrap();
@@ -89,16 +104,7 @@ fn c_program_reads_two_epochs_and_checks_every_record() {
     for fx in [kit::caffe_style(777, 3000, 71), kit::churned(72)] {
         let manifest = write_manifest(&fx, work.path());
         for n in [1, 3, 4] {
-            let mut cmd = kit::mpiexec(n, &exe);
-            cmd.arg(&fx.path).arg(&manifest);
-            let out = kit::run_bounded(cmd);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && stdout.contains("OK "),
-                "{} on {n} ranks:\n{stdout}\n{}",
-                fx.name,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_c_program_passes(&exe, &fx, &manifest, n);
         }
     }
 }
@@ -110,14 +116,6 @@ fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
     let fx = kit::caffe_style(777, 3000, 80);
     let manifest = write_manifest(&fx, work.path());
     for n in [2, 4] {
-        let mut cmd = kit::mpiexec(n, &exe);
-        cmd.arg(&fx.path).arg(&manifest);
-        let out = kit::run_bounded(cmd);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("OK "),
-            "{n} ranks:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_c_program_passes(&exe, &fx, &manifest, n);
     }
 }

@@ -361,13 +361,15 @@ pub unsafe extern "C" fn lmdbio_job_cursor_size(
     engine: *const lmdbio_engine,
     out: *mut usize,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: forwarded from the caller.
-        let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
-        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
-        *out = JobCursor::encoded_len(e.engine.ranks(), e.engine.schedule().remainder().runs.len());
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        report(engine, out, |e| {
+            Ok(JobCursor::encoded_len(
+                e.ranks(),
+                e.schedule().remainder().runs.len(),
+            ))
+        })
+    }
 }
 
 /// Writes the job cursor (collective: gathers every rank's cursor).

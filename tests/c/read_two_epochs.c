@@ -6,45 +6,7 @@
  *
  * usage: mpiexec -n P read_two_epochs DB MANIFEST */
 #define _POSIX_C_SOURCE 200809L
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "lmdbio.h"
-
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    int rc_ = (call);                                                            \
-    if (rc_ != LMDBIO_OK) {                                                      \
-      fprintf(stderr, "%s failed (%d): %s\n", #call, rc_, lmdbio_last_error());  \
-      MPI_Abort(MPI_COMM_WORLD, 2);                                              \
-    }                                                                            \
-  } while (0)
-
-typedef struct {
-  char *key_hex;
-  uint64_t len;
-  uint64_t fnv;
-} entry;
-
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-static void to_hex(const unsigned char *p, size_t n, char *out) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = digits[p[i] >> 4];
-    out[2 * i + 1] = digits[p[i] & 15];
-  }
-  out[2 * n] = 0;
-}
+#include "manifest.h"
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -64,20 +26,8 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
 
-  FILE *f = fopen(argv[2], "r");
-  if (!f) MPI_Abort(MPI_COMM_WORLD, 4);
-  size_t cap = 1024, n = 0;
-  entry *manifest = malloc(cap * sizeof(entry));
-  char key[2048];
-  uint64_t len, fnv;
-  while (fscanf(f, "%2047s %" SCNu64 " %" SCNx64, key, &len, &fnv) == 3) {
-    if (n == cap) manifest = realloc(manifest, (cap *= 2) * sizeof(entry));
-    manifest[n].key_hex = strdup(key);
-    manifest[n].len = len;
-    manifest[n].fnv = fnv;
-    n++;
-  }
-  fclose(f);
+  size_t n;
+  entry *manifest = load_manifest(argv[2], &n);
 
   lmdbio_options *opts;
   CHECK(lmdbio_options_new(&opts));
@@ -98,7 +48,6 @@ int main(int argc, char **argv) {
    * steps per epoch, ceil(ceil(N/P)/B). */
   uint64_t share = (n + size - 1) / size, steps_per_epoch = (share + 4) / 5;
   int *seen = calloc(2 * n + 1, sizeof(int));
-  char hex[2 * 1024 + 1];
   for (uint64_t step = 0; step < 2 * steps_per_epoch; step++) {
     if (step == steps_per_epoch) {
       /* Checkpoint after the first epoch, close, and resume from the
@@ -114,13 +63,8 @@ int main(int argc, char **argv) {
     CHECK(lmdbio_next_batch(engine, &batch));
     for (size_t i = 0; i < batch.count; i++) {
       const lmdbio_record *r = &batch.records[i];
-      if (r->ordinal >= n || r->epoch > 1 || r->key_len > 1024) MPI_Abort(MPI_COMM_WORLD, 6);
-      const entry *e = &manifest[r->ordinal];
-      to_hex(r->key, r->key_len, hex);
-      if (strcmp(hex, e->key_hex) != 0 || r->value_len != e->len || fnv1a(r->value, r->value_len) != e->fnv) {
-        fprintf(stderr, "rank %d: record %" PRIu64 " differs from the manifest\n", rank, r->ordinal);
-        MPI_Abort(MPI_COMM_WORLD, 7);
-      }
+      if (r->epoch > 1) MPI_Abort(MPI_COMM_WORLD, 6);
+      check_record(manifest, n, r);
       seen[r->epoch * n + r->ordinal]++;
     }
   }

@@ -8,77 +8,18 @@
  *
  * usage: mpiexec -n P repartition DB MANIFEST */
 #define _POSIX_C_SOURCE 200809L
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "lmdbio.h"
-
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    int rc_ = (call);                                                            \
-    if (rc_ != LMDBIO_OK) {                                                      \
-      fprintf(stderr, "%s failed (%d): %s\n", #call, rc_, lmdbio_last_error());  \
-      MPI_Abort(MPI_COMM_WORLD, 2);                                              \
-    }                                                                            \
-  } while (0)
-
-typedef struct {
-  char *key_hex;
-  uint64_t len;
-  uint64_t fnv;
-} entry;
+#include "manifest.h"
 
 static entry *manifest;
 static size_t records;
 static int *seen; /* [epoch * records + ordinal], epochs 0 and 1 */
 
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-static void load_manifest(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) MPI_Abort(MPI_COMM_WORLD, 4);
-  size_t cap = 1024;
-  manifest = malloc(cap * sizeof(entry));
-  char key[2048];
-  uint64_t len, fnv;
-  while (fscanf(f, "%2047s %" SCNu64 " %" SCNx64, key, &len, &fnv) == 3) {
-    if (records == cap) manifest = realloc(manifest, (cap *= 2) * sizeof(entry));
-    manifest[records].key_hex = strdup(key);
-    manifest[records].len = len;
-    manifest[records].fnv = fnv;
-    records++;
-  }
-  fclose(f);
-}
-
 /* Checks a batch against the manifest and counts its records of epochs 0
  * and 1. Returns the epoch of its first record, or UINT64_MAX if empty. */
 static uint64_t take(const lmdbio_batch *batch) {
-  static const char digits[] = "0123456789abcdef";
-  char hex[2 * 1024 + 1];
   for (size_t i = 0; i < batch->count; i++) {
     const lmdbio_record *r = &batch->records[i];
-    if (r->ordinal >= records || r->key_len > 1024) MPI_Abort(MPI_COMM_WORLD, 6);
-    const unsigned char *k = r->key;
-    for (size_t j = 0; j < r->key_len; j++) {
-      hex[2 * j] = digits[k[j] >> 4];
-      hex[2 * j + 1] = digits[k[j] & 15];
-    }
-    hex[2 * r->key_len] = 0;
-    const entry *e = &manifest[r->ordinal];
-    if (strcmp(hex, e->key_hex) != 0 || r->value_len != e->len || fnv1a(r->value, r->value_len) != e->fnv) {
-      fprintf(stderr, "record %" PRIu64 " differs from the manifest\n", r->ordinal);
-      MPI_Abort(MPI_COMM_WORLD, 7);
-    }
+    check_record(manifest, records, r);
     if (r->epoch < 2) seen[r->epoch * records + r->ordinal]++;
   }
   return batch->count > 0 ? batch->records[0].epoch : UINT64_MAX;
@@ -93,7 +34,7 @@ int main(int argc, char **argv) {
     if (rank == 0) fprintf(stderr, "usage: repartition DB MANIFEST\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  load_manifest(argv[2]);
+  manifest = load_manifest(argv[2], &records);
   seen = calloc(2 * records + 1, sizeof(int));
 
   lmdbio_options *opts;
