@@ -21,6 +21,7 @@ pub fn run(
     shuffle_seed: Option<u64>,
     world: &SimpleCommunicator,
     trace_dir: Option<&Path>,
+    progress: &mut Progress,
 ) -> Result<Measurement, CommandError> {
     let mut options = engine_options(args)?;
     options.shuffle_seed = shuffle_seed;
@@ -56,7 +57,6 @@ pub fn run(
         ..Default::default()
     };
     let mut checksum = 0u64;
-    let mut progress = Progress::new("lmdbio", args.progress, world.rank());
     for step in first_step..last {
         progress.update(step - first_step, last - first_step, m.delivered_bytes);
         let batch = engine.next_batch()?;

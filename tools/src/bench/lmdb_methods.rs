@@ -36,6 +36,7 @@ pub fn run(
     world: &SimpleCommunicator,
     trace_dir: Option<&Path>,
     walk: Walk,
+    progress: &mut Progress,
 ) -> Result<Measurement, CommandError> {
     let (rank, ranks) = (world.rank() as u64, world.size() as u64);
     let before = ProcessCounters::now();
@@ -69,11 +70,6 @@ pub fn run(
     // The contiguous block of the engine's default partition.
     let (first, count) = lmdbio::schedule::contiguous_block(records, ranks, rank);
     let mut checksum = 0u64;
-    let name = match walk {
-        Walk::Skip => "lmdb-skip",
-        Walk::OwnBlock => "lmdb-walk",
-    };
-    let mut progress = Progress::new(name, args.progress, world.rank());
     for epoch in 0..args.epochs {
         let mut cursor = txn.open_ro_cursor(db).map_err(lmdb_error)?;
         for (i, item) in cursor.iter_start().enumerate() {

@@ -19,6 +19,7 @@ use lmdbio::CoalesceOptions;
 use mpi::traits::*;
 
 use crate::CommandError;
+use progress::Progress;
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
@@ -201,25 +202,27 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         });
         sys::reset_peak_rss();
         let before = sys::ProcessCounters::now();
+        let mut progress = Progress::new(method.name(), args.progress, world.rank());
+        let progress = &mut progress;
+        let trace_dir = trace_dir.as_deref();
         let m = match method {
-            Method::Lmdbio => engine_method::run(args, args.shuffle, &world, trace_dir.as_deref())?,
-            Method::LmdbioShuffled => engine_method::run(
-                args,
-                Some(args.shuffle.unwrap_or(1)),
-                &world,
-                trace_dir.as_deref(),
-            )?,
+            Method::Lmdbio => engine_method::run(args, args.shuffle, &world, trace_dir, progress)?,
+            Method::LmdbioShuffled => {
+                let seed = Some(args.shuffle.unwrap_or(1));
+                engine_method::run(args, seed, &world, trace_dir, progress)?
+            }
             Method::LmdbSkip => {
-                lmdb_methods::run(args, &world, trace_dir.as_deref(), lmdb_methods::Walk::Skip)?
+                lmdb_methods::run(args, &world, trace_dir, lmdb_methods::Walk::Skip, progress)?
             }
             Method::LmdbWalk => lmdb_methods::run(
                 args,
                 &world,
-                trace_dir.as_deref(),
+                trace_dir,
                 lmdb_methods::Walk::OwnBlock,
+                progress,
             )?,
-            Method::Raw => raw::run(args, &ctx, raw::Readers::EveryRank)?,
-            Method::RawNode => raw::run(args, &ctx, raw::Readers::OnePerNode)?,
+            Method::Raw => raw::run(args, &ctx, raw::Readers::EveryRank, progress)?,
+            Method::RawNode => raw::run(args, &ctx, raw::Readers::OnePerNode, progress)?,
         };
         let process = sys::ProcessCounters::now().since(before);
         runs.push(ctx.summarise(method.name(), args.epochs, &m, process, cache));

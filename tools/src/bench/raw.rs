@@ -20,7 +20,12 @@ pub enum Readers {
     OnePerNode,
 }
 
-pub fn run(args: &Args, ctx: &Context, readers: Readers) -> Result<Measurement, CommandError> {
+pub fn run(
+    args: &Args,
+    ctx: &Context,
+    readers: Readers,
+    progress: &mut Progress,
+) -> Result<Measurement, CommandError> {
     let path = lmdbio::data_file_path(&args.db)?;
     let (part, parts) = match readers {
         Readers::EveryRank => (ctx.world.rank() as usize, ctx.world.size() as usize),
@@ -40,11 +45,6 @@ pub fn run(args: &Args, ctx: &Context, readers: Readers) -> Result<Measurement, 
         let mut buf = vec![0u8; REQUEST];
         let mut checksum = 0u64;
         let mut at = lo;
-        let name = match readers {
-            Readers::EveryRank => "raw",
-            Readers::OnePerNode => "raw-node",
-        };
-        let mut progress = Progress::new(name, args.progress, ctx.world.rank());
         while at < hi {
             progress.update(at - lo, hi - lo, at - lo);
             let n = REQUEST.min((hi - at) as usize);
