@@ -82,6 +82,10 @@ typedef struct lmdbio_counters {
   uint64_t rounds;            /* collective read rounds */
   double io_seconds;
   double wait_seconds;
+  /* MPI set-up this engine's open made with blocking calls: 1 for the node
+   * communicators, 1 for the shared window; 0 when kept from an earlier
+   * engine or made by lmdbio_prepare. */
+  uint64_t setup_made;
 } lmdbio_counters;
 
 const char *lmdbio_last_error(void);
@@ -131,6 +135,15 @@ int lmdbio_options_set_resume_job(lmdbio_options *options, const void *job_curso
 /* An MPI-IO hint passed to MPI_File_open, e.g. ("romio_cb_read", "disable"). */
 int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char *value);
 
+/* COLLECTIVE. Makes ahead of time what lmdbio_open with these options on
+ * this communicator's ranks needs besides the database: the node,
+ * readers' and masters' communicators and the node's shared window (which
+ * lmdbio_open makes on first use otherwise). Each is a blocking collective
+ * MPI call, costly where ranks outnumber cores. They are kept between
+ * engines (the window's memory is returned to the system at lmdbio_close)
+ * and freed when MPI_Finalize starts. options may be NULL for defaults. */
+int lmdbio_prepare(MPI_Comm comm, const lmdbio_options *options);
+
 /* COLLECTIVE. path: a database directory (holding data.mdb) or a data file.
  * options may be NULL for defaults; it is copied and may be freed after. */
 int lmdbio_open(MPI_Comm comm, const char *path, const lmdbio_options *options, lmdbio_engine **out);
@@ -154,7 +167,9 @@ int lmdbio_job_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, si
 int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
 /* COLLECTIVE over the node: sums of the node's counters. */
 int lmdbio_node_counters(const lmdbio_engine *engine, lmdbio_counters *out);
-/* COLLECTIVE. Frees the engine and its shared memory. */
+/* COLLECTIVE. Frees the engine and returns its shared memory to the system;
+ * the node communicators and the (empty) window are kept for the next
+ * lmdbio_open on the same ranks (see lmdbio_prepare). */
 int lmdbio_close(lmdbio_engine *engine);
 
 #ifdef __cplusplus

@@ -803,3 +803,69 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
     assert_eq!(opens("lmdb-skip"), 2.0);
     assert_eq!(opens("raw-node"), 1.0);
 }
+
+/// The node communicators and the shared window are made once per process
+/// (before the timed runs by `prepare`, or by the first open) and kept
+/// between engines; the window's memory goes back to the system when an
+/// engine closes.
+#[test]
+fn node_setup_is_made_once_and_window_memory_is_given_back() {
+    let fx = kit::overflow_only(300, 93);
+    let json_dir = kit::TempDir::new().unwrap();
+    let runs_of = |extra: &[&str]| -> (serde_json::Value, Vec<serde_json::Value>) {
+        let json = json_dir.path().join("run.json");
+        let mut args = vec![
+            "--method",
+            "lmdbio",
+            "--method",
+            "raw",
+            "--method",
+            "lmdbio-shuffled",
+            "--repeat",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.push(fx.path.to_str().unwrap());
+        let out = mpiexec(2, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let all = doc["all_runs"].as_array().unwrap().clone();
+        (doc, all)
+    };
+    let made = |r: &serde_json::Value| r["setup_made"].as_u64().unwrap();
+    let is_engine = |r: &&serde_json::Value| r["method"] != "raw";
+
+    // Left to the first open: it makes communicators and window, no later
+    // open makes either.
+    let (doc, all) = runs_of(&["--no-prepare"]);
+    assert!(doc["lmdbio_prepare_s"].is_null());
+    let engine: Vec<u64> = all.iter().filter(is_engine).map(made).collect();
+    assert_eq!(engine, vec![2, 0, 0, 0], "set-up made per engine run");
+
+    // Prepared: no open makes anything.
+    let (doc, all) = runs_of(&[]);
+    assert!(doc["lmdbio_prepare_s"].as_f64().unwrap() > 0.0);
+    assert!(all.iter().filter(is_engine).all(|r| made(r) == 0));
+
+    // The window held all 59 MB of values; a raw run right after an engine
+    // run peaks far below it, so the window's pages were given back.
+    for pair in all.windows(2) {
+        if pair[0]["method"] == "raw" || pair[1]["method"] != "raw" {
+            continue;
+        }
+        let peak = |r: &serde_json::Value| r["peak_rss_mib_per_rank"].as_f64().unwrap();
+        assert!(
+            peak(&pair[1]) + 30.0 < peak(&pair[0]),
+            "raw peaked at {:.0} MiB after an engine run that peaked at {:.0} MiB",
+            peak(&pair[1]),
+            peak(&pair[0])
+        );
+    }
+}

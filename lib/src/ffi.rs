@@ -108,6 +108,7 @@ pub struct lmdbio_counters {
     pub rounds: u64,
     pub io_seconds: f64,
     pub wait_seconds: f64,
+    pub setup_made: u64,
 }
 
 impl From<Counters> for lmdbio_counters {
@@ -122,6 +123,7 @@ impl From<Counters> for lmdbio_counters {
             rounds: c.rounds,
             io_seconds: c.io_seconds,
             wait_seconds: c.wait_seconds,
+            setup_made: c.setup_made,
         }
     }
 }
@@ -398,6 +400,17 @@ pub unsafe extern "C" fn lmdbio_job_cursor_get(
             *out = bytes.len();
         }
         Ok(())
+    })
+}
+
+/// Collective over `comm`.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_prepare(comm: RawComm, options: *const lmdbio_options) -> c_int {
+    guard(|| {
+        // SAFETY: NULL or made by lmdbio_options_new.
+        let options =
+            unsafe { options.as_ref() }.map_or_else(EngineOptions::default, |o| o.0.clone());
+        crate::engine::prepare(comm, &options)
     })
 }
 

@@ -3,21 +3,27 @@
 //! and broadcast, the leaf pages are split among the masters, and the parts
 //! are gathered into every node's shared index.
 
-use super::agree::{agree_ok, agree_resource, local};
-use super::shared_index::{entries_as_bytes, SharedIndex};
+use super::agree::{agree_ok, local};
+use super::node_memory::{entries_as_bytes, NodeMemory};
 use crate::database::{Database, Tree};
 use crate::error::{Error, Result};
 use crate::index::{check_index, parse_leaves, walk_tree, IndexOptions, IndexPart, TreePages};
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
 use crate::source::{IoSnapshot, ReadAt};
 
-pub(crate) struct BuiltIndex {
-    pub index: SharedIndex,
+/// The tree scanned, before the node's shared index exists.
+pub(crate) struct ScannedIndex<'f> {
+    /// On masters: the database and this master's part of the index.
+    state: Option<MasterState<'f>>,
+    /// Entries and key bytes of each master's part (on masters).
+    counts: Vec<(u64, u64)>,
+    pub records: usize,
+    pub key_bytes: usize,
     pub page_size: u32,
     /// Transaction id of the meta page read (identifies the snapshot).
     pub txnid: u64,
-    /// Reads this rank made for the index.
-    pub io: IoSnapshot,
+    /// The longest span a record's value covers in the file.
+    pub largest_span: u64,
 }
 
 /// What a master holds after opening the tree: the database, the tree,
@@ -31,30 +37,37 @@ struct MasterState<'f> {
     part: IndexPart,
 }
 
-/// Collective over `world`. `masters` and `file` are present on masters
-/// (every master is a reader).
-pub(crate) fn build(
+/// Reads the tree and sizes the index. Collective over `world`. `masters`
+/// and `file` are present on masters (every master is a reader).
+pub(crate) fn scan<'f>(
     world: &Comm,
-    node: &Comm,
     masters: Option<&Comm>,
-    file: Option<&MpiFile>,
+    file: Option<&'f MpiFile>,
     subdb: Option<&str>,
-) -> Result<BuiltIndex> {
+) -> Result<ScannedIndex<'f>> {
     // Phase 1: open the tree and read its upper levels once.
     let opened = agree_ok(world, local(|| open_tree(masters, file, subdb)))?;
     // Phase 2: share the page lists and parse this master's leaves.
-    let parsed = agree_ok(world, local(|| parse_share(masters, opened)))?;
+    let state = agree_ok(world, local(|| parse_share(masters, opened)))?;
 
-    // Phase 3: sizes to everyone, then the node's shared copy.
-    let mut sizes = [0i64; 4];
+    // Phase 3: sizes to everyone.
+    let mut sizes = [0i64; 5];
     let mut counts = Vec::new();
-    if let (Some(m), Some(state)) = (masters, &parsed) {
+    if let (Some(m), Some(state)) = (masters, &state) {
+        let largest = state
+            .part
+            .entries
+            .iter()
+            .map(|e| e.span().1)
+            .max()
+            .unwrap_or(0);
         let all = m.allgather_i64(&[
             state.part.entries.len() as i64,
             state.part.keys.len() as i64,
+            largest as i64,
         ])?;
         counts = all
-            .chunks(2)
+            .chunks(3)
             .map(|c| (c[0] as u64, c[1] as u64))
             .collect::<Vec<_>>();
         sizes = [
@@ -62,32 +75,43 @@ pub(crate) fn build(
             counts.iter().map(|c| c.1).sum::<u64>() as i64,
             state.db.page_size() as i64,
             state.db.meta().mm_txnid as i64,
+            all.chunks(3).map(|c| c[2]).max().unwrap_or(0),
         ];
     }
     // World rank 0 is node rank 0 of its node, hence a master.
     world.bcast_i64(0, &mut sizes)?;
-    let (records, key_bytes, page_size) = (sizes[0] as usize, sizes[1] as usize, sizes[2] as u32);
-    let txnid = sizes[3] as u64;
-    let index = agree_resource(world, SharedIndex::allocate(node, records, key_bytes))?;
+    Ok(ScannedIndex {
+        state,
+        counts,
+        records: sizes[0] as usize,
+        key_bytes: sizes[1] as usize,
+        page_size: sizes[2] as u32,
+        txnid: sizes[3] as u64,
+        largest_span: sizes[4] as u64,
+    })
+}
 
-    let mut index = index;
+/// Gathers the masters' parts into the node's shared index (laid out in
+/// `memory` for `scanned`'s sizes) and publishes it. Collective over
+/// `world`; returns the reads this rank made for the index.
+pub(crate) fn publish(
+    world: &Comm,
+    masters: Option<&Comm>,
+    memory: &mut NodeMemory,
+    scanned: ScannedIndex,
+) -> Result<IoSnapshot> {
     let mut io = IoSnapshot::default();
-    let gathered = match (masters, parsed) {
+    let gathered = match (masters, scanned.state) {
         (Some(m), Some(state)) => {
             io = state.db.source().counters();
-            local(|| gather_into(m, &mut index, &counts, state))
+            local(|| gather_into(m, memory, &scanned.counts, state))
         }
         _ => Ok(()),
     };
-    let published = gathered.and_then(|()| index.window().sync());
+    let published = gathered.and_then(|()| memory.sync());
     agree_ok(world, published)?;
-    index.window().sync()?;
-    Ok(BuiltIndex {
-        index,
-        page_size,
-        txnid,
-        io,
-    })
+    memory.sync()?;
+    Ok(io)
 }
 
 fn open_tree<'f>(
@@ -138,7 +162,7 @@ fn parse_share<'f>(
 /// the whole.
 fn gather_into(
     masters: &Comm,
-    index: &mut SharedIndex,
+    index: &mut NodeMemory,
     counts: &[(u64, u64)],
     mut state: MasterState,
 ) -> Result<()> {
@@ -151,7 +175,7 @@ fn gather_into(
     {
         // SAFETY: we are the node's first rank and the index is not yet
         // published (the other ranks wait in the agreement that follows).
-        let (entries, keys) = unsafe { index.regions_mut() };
+        let (entries, keys) = unsafe { index.index_regions_mut() };
         if masters.size() == 1 {
             entries.copy_from_slice(entries_as_bytes(&state.part.entries));
             keys.copy_from_slice(&state.part.keys);

@@ -21,7 +21,8 @@
 
 mod agree;
 mod index_build;
-mod shared_index;
+mod node_memory;
+pub mod topology;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,13 +30,15 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use agree::{agree, agree_ok, agree_resource};
-use shared_index::SharedIndex;
+use node_memory::NodeMemory;
+pub use topology::prepare;
+use topology::NodeTopology;
 
 use crate::cursor::{Cursor, DatabaseIdentity, JobCursor, CURSOR_BYTES};
 use crate::database::data_file_path;
 use crate::error::{Error, Result};
 use crate::format::PAGEHDRSZ;
-use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, SharedWindow, ThreadLevel};
+use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, ThreadLevel};
 use crate::order::{EpochOrder, Shuffle};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
 use crate::resume::{self, JobSchedule};
@@ -138,6 +141,10 @@ pub struct Counters {
     pub rounds: u64,
     pub io_seconds: f64,
     pub wait_seconds: f64,
+    /// What opening had to make with blocking MPI calls: 1 for the node
+    /// communicators, 1 for the shared window; 0 when both were kept from
+    /// an earlier engine or made by [`prepare`].
+    pub setup_made: u64,
 }
 
 /// One record of a batch: where its key and value are, which record it is.
@@ -171,7 +178,7 @@ impl<'e> Batch<'e> {
 
     pub fn key(&self, i: usize) -> &'e [u8] {
         let (at, len) = self.engine.batch[i].key;
-        &self.engine.index.keys()[at..at + len]
+        &held(&self.engine.parts).memory.keys()[at..at + len]
     }
 
     pub fn value(&self, i: usize) -> &'e [u8] {
@@ -179,7 +186,7 @@ impl<'e> Batch<'e> {
         // SAFETY: the round that holds this batch was published (synced and
         // agreed) and will not be overwritten before the next collective
         // step, which needs `&mut Engine` and so ends this borrow.
-        unsafe { &self.engine.data.bytes()[at..at + len] }
+        unsafe { &held(&self.engine.parts).memory.data()[at..at + len] }
     }
 
     /// Epoch of the batch's first record (ranks' epochs can differ by one
@@ -282,23 +289,19 @@ pub struct Engine {
     // Dropped first: waits for reads into `data` from `file`.
     pending: Option<PendingRound>,
     world: Comm,
-    node: Comm,
-    readers: Option<Comm>,
-    // Kept alive for the engine's life; used while building the index.
-    _masters: Option<Comm>,
     file: Option<Arc<MpiFile>>,
+    /// The node topology and shared memory, taken from the kept ones at
+    /// open and given back on drop (see [`topology`]); always present
+    /// until then.
+    parts: Option<NodeParts>,
     /// Collective reads run on a helper thread while the ranks work (MPI
     /// was initialised with MPI_THREAD_MULTIPLE); otherwise they complete
     /// when the round starts (see `MpiFile::start_read_runs`).
     threaded_reads: bool,
-    index: SharedIndex,
-    data: SharedWindow,
     page_size: u32,
     schedule: JobSchedule,
     order: EpochOrder,
     database: DatabaseIdentity,
-    /// World ranks of this node's members, in node order.
-    members: Vec<u64>,
     options: EngineOptions,
     step: u64,
     round: Option<Round>,
@@ -309,6 +312,89 @@ pub struct Engine {
     failed: Option<String>,
 }
 
+/// What the engine takes from the kept node topology (see [`topology`])
+/// and gives back on drop: the node's communicators and its shared memory.
+struct NodeParts {
+    topology: NodeTopology,
+    memory: NodeMemory,
+}
+
+/// The engine's parts; present from open until drop.
+fn held(parts: &Option<NodeParts>) -> &NodeParts {
+    parts
+        .as_ref()
+        .expect("an engine holds its node parts until dropped")
+}
+
+/// What opening produced besides the topology.
+struct Opened {
+    window_made: bool,
+    file: Option<Arc<MpiFile>>,
+    memory: NodeMemory,
+    database: DatabaseIdentity,
+    index_io: crate::source::IoSnapshot,
+    schedule: JobSchedule,
+    order: EpochOrder,
+    step: u64,
+}
+
+/// The schedule, epoch order and step to start from, agreed by all ranks.
+fn start_point(
+    world: &Comm,
+    options: &EngineOptions,
+    memory: &NodeMemory,
+    database: DatabaseIdentity,
+) -> Result<(JobSchedule, EpochOrder, u64)> {
+    let records = memory.len() as u64;
+    let schedule = Schedule::new(
+        records,
+        world.size() as u64,
+        options.batch as u64,
+        options.partition,
+        options.tail,
+    );
+    let shuffle = options.shuffle_seed.map(|seed| {
+        let value_bytes = memory.entries().iter().map(|e| e.value_len as u64).sum();
+        let sized = Shuffle::with_default_sizes(seed, records, value_bytes);
+        Shuffle {
+            chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
+            window_chunks: options.shuffle_window_chunks,
+            ..sized
+        }
+    });
+    let (schedule, step) = agree_ok(
+        world,
+        resume_point(options, schedule, shuffle, database, world.rank()),
+    )?;
+    Ok((schedule, EpochOrder::new(records, shuffle), step))
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Reads into the window finish before it is given back.
+        self.pending = None;
+        let Some(NodeParts {
+            mut topology,
+            memory,
+        }) = self.parts.take()
+        else {
+            return;
+        };
+        let window = memory.into_window();
+        // The node's ranks may still be reading their last batch: its
+        // memory is released once all of them are done with it. If the
+        // barrier fails the node is in trouble; keep nothing.
+        if topology.node.barrier().is_ok() {
+            window.release_pages();
+            topology.window = Some(window);
+            topology::give_back(topology);
+        } else {
+            std::mem::forget(window);
+            std::mem::forget(topology);
+        }
+    }
+}
+
 impl Engine {
     /// Opens `path` (database directory or data file) on every rank of
     /// `comm`. Collective; any rank's failure fails every rank.
@@ -316,127 +402,123 @@ impl Engine {
         let world = Comm::dup(comm)?;
         let local_check = check_options(&options);
         agree_ok(&world, local_check)?;
-
-        let shared = world.split_shared()?;
-        let node = match options.ranks_per_node {
-            Some(k) => shared
-                .split(Some(shared.rank() / k), shared.rank())?
-                .ok_or_else(|| Error::InvalidArgument("node split gave no communicator".into()))?,
-            None => shared,
+        let (mut topology, topology_made) = topology::take(&world, &options)?;
+        let opened = match Engine::open_with(&world, &mut topology, path, &options) {
+            Ok(opened) => opened,
+            Err(e) => {
+                // Every rank failed at the same agreement, before anyone
+                // read the window.
+                if let Some(w) = &topology.window {
+                    w.release_pages();
+                }
+                topology::give_back(topology);
+                return Err(e);
+            }
         };
-        let is_reader = node.rank() < options.readers_per_node;
-        let is_master = node.rank() == 0;
-        let readers = world.split(is_reader.then_some(0), world.rank())?;
-        // With one reader per node the masters are the readers: a dup of
-        // their communicator (non-blocking) instead of a second split of
-        // the world (blocking, and slow when ranks outnumber cores).
-        let masters = if options.readers_per_node == 1 {
-            readers.as_ref().map(|r| Comm::dup(r.raw())).transpose()?
-        } else {
-            world.split(is_master.then_some(0), world.rank())?
-        };
-        let members: Vec<u64> = node
-            .allgather_i64(&[world.rank() as i64])?
-            .into_iter()
-            .map(|r| r as u64)
-            .collect();
-
-        // Resolve the path on readers only, and agree before the collective
-        // open so no reader enters MPI_File_open alone.
-        let resolved = if is_reader {
-            data_file_path(path).map(Some)
-        } else {
-            Ok(None)
-        };
-        let resolved = agree_ok(&world, resolved)?;
-        let file = match (&readers, resolved) {
-            (Some(r), Some(p)) => Some(MpiFile::open(r, &p, &effective_hints(&options.hints))),
-            _ => None,
-        };
-        let file = agree_resource(&world, file.transpose())?.map(Arc::new);
         let threaded_reads = options.overlap
             && options.collective
             && ThreadLevel::current() == ThreadLevel::Multiple;
-        let mut counters = Counters {
-            file_opens: u64::from(file.is_some()),
-            ..Default::default()
-        };
-
-        let built = index_build::build(
-            &world,
-            &node,
-            masters.as_ref(),
-            file.as_deref(),
-            options.subdb.as_deref(),
-        )?;
-        counters.index_bytes_read = built.io.bytes_read;
-        counters.index_read_requests = built.io.read_requests;
-        counters.bytes_read += built.io.bytes_read;
-        counters.read_requests += built.io.read_requests;
-
-        let window = window_size(&options, node.size(), built.index.entries());
-        let data = agree_resource(&world, SharedWindow::allocate(&node, window))?;
-        let records = built.index.len() as u64;
-        let schedule = Schedule::new(
-            records,
-            world.size() as u64,
-            options.batch as u64,
-            options.partition,
-            options.tail,
-        );
-        let shuffle = options.shuffle_seed.map(|seed| {
-            let value_bytes = built
-                .index
-                .entries()
-                .iter()
-                .map(|e| e.value_len as u64)
-                .sum();
-            let sized = Shuffle::with_default_sizes(seed, records, value_bytes);
-            Shuffle {
-                chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
-                window_chunks: options.shuffle_window_chunks,
-                ..sized
-            }
-        });
-        let order = EpochOrder::new(records, shuffle);
-        let database = DatabaseIdentity {
-            entries: records,
-            txnid: built.txnid,
-            page_size: built.page_size,
-        };
-        let (schedule, step) = agree_ok(
-            &world,
-            resume_point(&options, schedule, shuffle, database, world.rank()),
-        )?;
+        let io = opened.index_io;
         Ok(Engine {
             pending: None,
             threaded_reads,
             world,
-            node,
-            readers,
-            _masters: masters,
-            file,
-            index: built.index,
-            data,
-            page_size: built.page_size,
-            schedule,
-            order,
-            database,
-            members,
+            counters: Counters {
+                file_opens: u64::from(opened.file.is_some()),
+                index_bytes_read: io.bytes_read,
+                index_read_requests: io.read_requests,
+                bytes_read: io.bytes_read,
+                read_requests: io.read_requests,
+                setup_made: u64::from(topology_made) + u64::from(opened.window_made),
+                ..Default::default()
+            },
+            file: opened.file,
+            parts: Some(NodeParts {
+                topology,
+                memory: opened.memory,
+            }),
+            page_size: opened.database.page_size,
+            schedule: opened.schedule,
+            order: opened.order,
+            database: opened.database,
             options,
-            step,
+            step: opened.step,
             round: None,
             batch: Vec::new(),
             last_epoch: 0,
-            counters,
             rounds_started: 0,
             failed: None,
         })
     }
 
+    /// The collective steps of opening on a taken topology: the file on the
+    /// readers, the index in the node's memory, and the starting point. On
+    /// failure the window is back in `topology`.
+    fn open_with(
+        world: &Comm,
+        topology: &mut NodeTopology,
+        path: &Path,
+        options: &EngineOptions,
+    ) -> Result<Opened> {
+        // Resolve the path on readers only, and agree before the collective
+        // open so no reader enters MPI_File_open alone.
+        let resolved = match &topology.readers {
+            Some(_) => data_file_path(path).map(Some),
+            None => Ok(None),
+        };
+        let resolved = agree_ok(world, resolved)?;
+        let file = match (&topology.readers, resolved) {
+            (Some(r), Some(p)) => Some(MpiFile::open(r, &p, &effective_hints(&options.hints))),
+            _ => None,
+        };
+        let file = agree_resource(world, file.transpose())?.map(Arc::new);
+        let scanned = index_build::scan(
+            world,
+            topology.masters.as_ref(),
+            file.as_deref(),
+            options.subdb.as_deref(),
+        )?;
+        let data_len = window_size(options, topology.node.size(), scanned.largest_span);
+        let (records, key_bytes) = (scanned.records, scanned.key_bytes);
+        let (_, need) = node_memory::layout(records, key_bytes, data_len)?;
+        let window_made = topology.ensure_window(world, need)?;
+        let Some(window) = topology.window.take() else {
+            return Err(Error::Internal("no node window after making one".into()));
+        };
+        // The window is large enough (ensured above), so this cannot fail
+        // on one rank only.
+        let mut memory = NodeMemory::new(window, records, key_bytes, data_len)?;
+        let database = DatabaseIdentity {
+            entries: records as u64,
+            txnid: scanned.txnid,
+            page_size: scanned.page_size,
+        };
+        let masters = topology.masters.as_ref();
+        let started = index_build::publish(world, masters, &mut memory, scanned).and_then(|io| {
+            let (schedule, order, step) = start_point(world, options, &memory, database)?;
+            Ok((io, schedule, order, step))
+        });
+        match started {
+            Ok((index_io, schedule, order, step)) => Ok(Opened {
+                window_made,
+                file,
+                memory,
+                database,
+                index_io,
+                schedule,
+                order,
+                step,
+            }),
+            Err(e) => {
+                topology.window = Some(memory.into_window());
+                Err(e)
+            }
+        }
+    }
+
     /// Records in the database.
     pub fn records(&self) -> u64 {
-        self.index.len() as u64
+        held(&self.parts).memory.len() as u64
     }
 
     pub fn rank(&self) -> usize {
@@ -448,15 +530,15 @@ impl Engine {
     }
 
     pub fn node_rank(&self) -> usize {
-        self.node.rank()
+        held(&self.parts).topology.node.rank()
     }
 
     pub fn node_size(&self) -> usize {
-        self.node.size()
+        held(&self.parts).topology.node.size()
     }
 
     pub fn is_reader(&self) -> bool {
-        self.readers.is_some()
+        held(&self.parts).topology.readers.is_some()
     }
 
     pub fn schedule(&self) -> &JobSchedule {
@@ -538,7 +620,10 @@ impl Engine {
             (c.wait_seconds * 1e6) as u64,
         ]
         .map(|v| v as i64);
-        self.node.allreduce_i64(&mut ints, ReduceOp::Sum)?;
+        held(&self.parts)
+            .topology
+            .node
+            .allreduce_i64(&mut ints, ReduceOp::Sum)?;
         Ok(Counters {
             bytes_read: ints[0] as u64,
             read_requests: ints[1] as u64,
@@ -550,6 +635,7 @@ impl Engine {
             rounds: c.rounds,
             io_seconds: ints[7] as f64 / 1e6,
             wait_seconds: ints[8] as f64 / 1e6,
+            setup_made: c.setup_made,
         })
     }
 
@@ -592,11 +678,11 @@ impl Engine {
             read.poll();
         }
         let round = self.round.as_ref().expect("round loaded above");
-        let me = self.node.rank();
+        let me = held(&self.parts).topology.node.rank();
         let offset = (t - round.first_step) as usize;
         let places = &round.placements[offset][me];
         self.batch.clear();
-        let entries = self.index.entries();
+        let entries = held(&self.parts).memory.entries();
         let mut n = 0;
         let mut delivered = 0u64;
         let world_rank = self.world.rank() as u64;
@@ -628,11 +714,11 @@ impl Engine {
     /// Spans of every node member's records for steps `[first, first+k)`,
     /// and who owns each: `(step offset, member)` per span.
     fn round_spans(&self, first: u64, k: u64) -> (Vec<(u64, u64)>, Vec<SpanOwner>) {
-        let entries = self.index.entries();
+        let entries = held(&self.parts).memory.entries();
         let mut spans = Vec::new();
         let mut owners = Vec::new();
         for s in 0..k {
-            for (m, &rank) in self.members.iter().enumerate() {
+            for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
                 self.schedule.for_each_slot(rank, first + s, |slot| {
                     let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
                     spans.push(entries[ordinal].span());
@@ -682,7 +768,7 @@ impl Engine {
             if k == 1 {
                 return Err(Error::ResourceLimit(format!(
                     "the shared window ({} bytes{}) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
-                    self.data.len(),
+                    held(&self.parts).memory.data_len(),
                     if self.options.overlap { ", half per round with overlap" } else { "" },
                     len
                 )));
@@ -713,7 +799,7 @@ impl Engine {
     /// Bytes one round may use, and where round number `n` starts: with
     /// overlap the window is two halves used in turn.
     fn round_area(&self, n: u64) -> (u64, u64) {
-        let len = self.data.len() as u64;
+        let len = held(&self.parts).memory.data_len() as u64;
         if self.options.overlap {
             (len / 2, (n % 2) * (len / 2))
         } else {
@@ -729,7 +815,7 @@ impl Engine {
         let (capacity, base) = self.round_area(self.rounds_started);
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
-        let fit = if self.node.rank() == 0 {
+        let fit = if held(&self.parts).topology.node.rank() == 0 {
             agree::local(|| self.steps_that_fit(first, capacity)).map(Some)
         } else {
             Ok(None)
@@ -776,8 +862,12 @@ impl Engine {
     /// This reader's share of the round's runs: the node's runs split into
     /// `readers_per_node` contiguous groups of about equal bytes.
     fn my_runs<'p>(&self, plan: &'p ReadPlan) -> &'p [ReadRun] {
-        let readers = self.options.readers_per_node.min(self.node.size()).max(1);
-        let me = self.node.rank();
+        let readers = self
+            .options
+            .readers_per_node
+            .min(held(&self.parts).topology.node.size())
+            .max(1);
+        let me = held(&self.parts).topology.node.rank();
         let total = plan.buffer_len.max(1);
         let group = |run: &ReadRun| (run.buf_offset * readers as u64 / total) as usize;
         let lo = plan.runs.partition_point(|r| group(r) < me);
@@ -786,7 +876,8 @@ impl Engine {
     }
 
     fn start_my_reads(&mut self, round: &mut PendingRound) -> Result<()> {
-        let (Some(readers), Some(file)) = (&self.readers, &self.file) else {
+        let parts = held(&self.parts);
+        let (Some(readers), Some(file)) = (&parts.topology.readers, &self.file) else {
             return Ok(());
         };
         let runs = self.my_runs(&round.plan);
@@ -795,10 +886,14 @@ impl Engine {
             _ => (0, 0),
         };
         let (lo, hi) = (round.base + round.range.0, round.base + round.range.1);
-        // SAFETY: the range lies inside this round's area of the window
-        // (the plan fits its capacity); each reader writes only its own
-        // range, and no rank reads the area until the round is published.
-        let buf = unsafe { self.data.bytes_mut()[lo as usize..hi as usize].as_mut_ptr() };
+        if hi as usize > parts.memory.data_len() {
+            return Err(Error::Internal("a round's reads overrun the window".into()));
+        }
+        // The range lies inside this round's area of the window (the plan
+        // fits its capacity, checked above); each reader writes only its
+        // own range, and no rank reads the area until the round is
+        // published.
+        let buf = parts.memory.data_ptr().wrapping_add(lo as usize);
         let len = (hi - lo) as usize;
         let collective = self.options.collective;
         // Staggering: readers take turns in groups of `stagger`, everyone
@@ -865,19 +960,19 @@ impl Engine {
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
         let checked = match pending.error.take() {
             Some(e) => Err(e),
-            None if self.readers.is_some() => {
+            None if held(&self.parts).topology.readers.is_some() => {
                 agree::local(|| self.check_overflow_headers(&pending))
             }
             None => Ok(()),
         };
         let waited = Instant::now();
-        let published = checked.and_then(|()| self.data.sync());
+        let published = checked.and_then(|()| held(&self.parts).memory.sync());
         agree_ok(&self.world, published)?;
-        self.data.sync()?;
+        held(&self.parts).memory.sync()?;
         self.counters.wait_seconds += waited.elapsed().as_secs_f64();
         self.counters.rounds += 1;
 
-        let members = self.members.len();
+        let members = held(&self.parts).topology.members.len();
         let mut placements = vec![vec![Vec::new(); members]; pending.steps as usize];
         for (i, o) in pending.owners.iter().enumerate() {
             let p = pending.plan.placements[i];
@@ -894,8 +989,8 @@ impl Engine {
     fn check_overflow_headers(&self, round: &PendingRound) -> Result<()> {
         // SAFETY: this reader's reads completed; nobody else writes its
         // range during the round.
-        let bytes = unsafe { self.data.bytes() };
-        let entries = self.index.entries();
+        let bytes = unsafe { held(&self.parts).memory.data() };
+        let entries = held(&self.parts).memory.entries();
         let (lo, hi) = round.range;
         for (p, owner) in round.plan.placements.iter().zip(&round.owners) {
             let entry = &entries[owner.ordinal];
@@ -957,13 +1052,8 @@ fn effective_hints(user: &[(String, String)]) -> Vec<(String, String)> {
 /// segment costs time at open). A round holds at most `prefetch` steps of
 /// every rank on the node, each record taking at most its span plus one
 /// bridged gap; with overlap two rounds are held at once.
-fn window_size(
-    o: &EngineOptions,
-    node_ranks: usize,
-    entries: &[crate::index::RecordEntry],
-) -> usize {
-    let largest = entries.iter().map(|e| e.span().1).max().unwrap_or(0);
-    let per_record = largest.saturating_add(o.coalesce.max_gap);
+fn window_size(o: &EngineOptions, node_ranks: usize, largest_span: u64) -> usize {
+    let per_record = largest_span.saturating_add(o.coalesce.max_gap);
     let rounds = if o.overlap { 2 } else { 1 };
     let need = per_record
         .saturating_mul(o.batch as u64)

@@ -15,6 +15,13 @@ pub struct Comm {
     size: usize,
 }
 
+// SAFETY: a communicator handle is valid in every thread of the process.
+// The engine uses each of its communicators from one thread at a time (the
+// read thread uses only the file), and the node topologies kept between
+// engines (engine::topology) are handed from one owner to the next under a
+// lock, never shared.
+unsafe impl Send for Comm {}
+
 /// Thread support the MPI library was initialised with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ThreadLevel {
@@ -154,6 +161,58 @@ impl Comm {
             return Ok(None);
         }
         Comm::adopt(out).map(Some)
+    }
+
+    /// A communicator of the ranks `members` (ranks of `self`, in the new
+    /// order) with `MPI_Comm_create_group`: collective over the members
+    /// only, so the others neither take part nor wait. Where ranks
+    /// outnumber cores, MPICH's blocking creation calls spin; a split over
+    /// all of `self` kept every rank spinning for every group.
+    pub fn create_group(&self, members: &[usize], tag: i32) -> Result<Comm> {
+        let ranks: Vec<c_int> = members.iter().map(|&r| r as c_int).collect();
+        let mut parent = unsafe { ffi::RSMPI_GROUP_NULL };
+        // SAFETY: valid communicator; parent is an out pointer.
+        check(
+            unsafe { ffi::MPI_Comm_group(self.raw, &mut parent) },
+            "MPI_Comm_group",
+        )?;
+        let mut group = unsafe { ffi::RSMPI_GROUP_NULL };
+        // SAFETY: parent is the group just obtained; ranks holds
+        // ranks.len() valid ranks of it; group is an out pointer.
+        let included = check(
+            unsafe {
+                ffi::MPI_Group_incl(parent, ranks.len() as c_int, ranks.as_ptr(), &mut group)
+            },
+            "MPI_Group_incl",
+        );
+        // SAFETY: we own parent and free it once.
+        unsafe { ffi::MPI_Group_free(&mut parent) };
+        included?;
+        let mut out = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: valid communicator and group (this rank is a member, as
+        // callers ensure); out is an out pointer.
+        let created = check(
+            unsafe { ffi::MPI_Comm_create_group(self.raw, group, tag, &mut out) },
+            "MPI_Comm_create_group",
+        );
+        // SAFETY: we own group and free it once.
+        unsafe { ffi::MPI_Group_free(&mut group) };
+        created?;
+        Comm::adopt(out)
+    }
+
+    /// Whether `other` holds the same ranks in the same order (a local
+    /// check, `MPI_Comm_compare`).
+    pub fn same_ranks_as(&self, other: RawComm) -> Result<bool> {
+        let mut result: c_int = 0;
+        // SAFETY: both handles are valid communicators; result is an out
+        // pointer.
+        check(
+            unsafe { ffi::MPI_Comm_compare(self.raw, other, &mut result) },
+            "MPI_Comm_compare",
+        )?;
+        // SAFETY: reading immutable constants.
+        Ok(unsafe { result == ffi::RSMPI_IDENT || result == ffi::RSMPI_CONGRUENT })
     }
 
     /// A barrier that waits without spinning (see [`wait_politely`]).

@@ -67,3 +67,67 @@ pub fn comm_world() -> RawComm {
     // SAFETY: reading an immutable handle constant exported by rsmpi's shim.
     unsafe { ffi::RSMPI_COMM_WORLD }
 }
+
+/// Has `release` run when `MPI_Finalize` starts, while MPI still works, so
+/// objects kept between calls (engine::topology) are freed before MPI goes
+/// away. `MPI_Finalize` first frees `MPI_COMM_SELF`'s attributes; the hook
+/// is the delete callback of one. Registering twice is a no-op.
+pub fn call_at_finalize(release: fn()) -> Result<()> {
+    static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if REGISTERED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Ok(());
+    }
+    let mut keyval: c_int = 0;
+    // SAFETY: both callbacks match the C prototypes (Open MPI refuses a
+    // null copy callback, so ours declines to copy); extra_state carries
+    // the function pointer, which is 'static.
+    let registered = check(
+        unsafe {
+            ffi::MPI_Comm_create_keyval(
+                Some(never_copy),
+                Some(run_release),
+                &mut keyval,
+                release as *mut std::ffi::c_void,
+            )
+        },
+        "MPI_Comm_create_keyval",
+    )
+    .and_then(|()| {
+        // SAFETY: a valid keyval on MPI_COMM_SELF; the value is unused.
+        check(
+            unsafe { ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, keyval, std::ptr::null_mut()) },
+            "MPI_Comm_set_attr",
+        )
+    });
+    if registered.is_err() {
+        REGISTERED.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+    registered
+}
+
+/// Duplicates of `MPI_COMM_SELF` do not inherit the hook.
+unsafe extern "C" fn never_copy(
+    _comm: ffi::MPI_Comm,
+    _keyval: c_int,
+    _extra_state: *mut std::ffi::c_void,
+    _value_in: *mut std::ffi::c_void,
+    _value_out: *mut std::ffi::c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: MPI passes a valid flag pointer.
+    unsafe { *flag = 0 };
+    0
+}
+
+unsafe extern "C" fn run_release(
+    _comm: ffi::MPI_Comm,
+    _keyval: c_int,
+    _value: *mut std::ffi::c_void,
+    extra_state: *mut std::ffi::c_void,
+) -> c_int {
+    // SAFETY: extra_state is the `fn()` given to call_at_finalize.
+    let release: fn() = unsafe { std::mem::transmute::<*mut std::ffi::c_void, fn()>(extra_state) };
+    // A panic must not unwind into MPI.
+    let _ = std::panic::catch_unwind(release);
+    0
+}

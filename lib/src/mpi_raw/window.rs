@@ -15,6 +15,8 @@ pub struct SharedWindow {
     win: ffi::MPI_Win,
     base: *mut u8,
     len: usize,
+    /// This rank allocated the segment (rank 0 of the node).
+    owner: bool,
 }
 
 // SAFETY: the window handle and the mapping are process-wide; access to the
@@ -50,6 +52,7 @@ impl SharedWindow {
             win,
             base: std::ptr::null_mut(),
             len,
+            owner: node.rank() == 0,
         };
         // SAFETY: win is the window just created.
         check(
@@ -124,6 +127,35 @@ impl SharedWindow {
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid window inside the lock_all epoch.
         check(unsafe { ffi::MPI_Win_sync(self.win) }, "MPI_Win_sync")
+    }
+}
+
+impl SharedWindow {
+    /// Gives the segment's memory back to the system while keeping the
+    /// window: the owner punches the pages out of the shared segment
+    /// (`MADV_REMOVE`), which also unmaps them from every rank; the next
+    /// touch maps zeroed pages. Creating a window is a blocking collective
+    /// that costs far more than the faults (see engine::topology), so a
+    /// window is kept between engines but its memory is not.
+    ///
+    /// Call only when no rank of the node will read the bytes again
+    /// before rewriting them (after a node barrier).
+    pub fn release_pages(&self) {
+        if !self.owner || self.len == 0 {
+            return;
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let start = (self.base as usize).div_ceil(page) * page;
+        let end = (self.base as usize + self.len) / page * page;
+        if end > start {
+            // SAFETY: [start, end) lies inside the segment mapped for this
+            // window's life; the caller guarantees nobody reads it until it
+            // is rewritten, and removed pages read back as zeros, never as
+            // invalid memory. A failure (a file system without hole
+            // punching) only leaves the pages in place, so it is ignored.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_REMOVE) };
+        }
     }
 }
 

@@ -108,5 +108,6 @@ pub fn run(
     m.file_opens = c.file_opens;
     m.index_read_requests = c.index_read_requests;
     m.rounds = c.rounds;
+    m.setup_made = c.setup_made;
     Ok(m)
 }

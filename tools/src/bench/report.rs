@@ -26,6 +26,9 @@ pub struct Measurement {
     pub index_read_requests: u64,
     /// Collective read rounds (lmdbio only): each may end a coalesced run.
     pub rounds: u64,
+    /// MPI set-up the engine's open had to make (lmdbio only; see
+    /// `Counters::setup_made`).
+    pub setup_made: u64,
 }
 
 /// The job's shape, for per-node figures.
@@ -82,7 +85,7 @@ impl<'w> Context<'w> {
         out
     }
 
-    fn max(&self, v: f64) -> f64 {
+    pub fn max(&self, v: f64) -> f64 {
         let mut out = 0.0;
         self.world
             .all_reduce_into(&v, &mut out, SystemOperation::max());
@@ -120,6 +123,7 @@ impl<'w> Context<'w> {
             reading_ranks_per_node: self.sum(f64::from(u8::from(m.read_requests > 0))) / nodes,
             index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
             rounds: self.max(m.rounds as f64) as u64,
+            setup_made: self.max(m.setup_made as f64) as u64,
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
             major_faults_per_rank: self.max(process.major_faults as f64),
             minor_faults_per_rank: self.max(process.minor_faults as f64),
@@ -154,6 +158,9 @@ pub struct Run {
     pub reading_ranks_per_node: f64,
     pub index_read_requests_per_node: f64,
     pub rounds: u64,
+    /// Blocking MPI set-up the engine's open made (node communicators,
+    /// shared window): 0 when kept from an earlier open or `prepare`.
+    pub setup_made: u64,
     /// What the kernel read from storage for the node's ranks.
     pub storage_read_bytes_per_node: f64,
     pub major_faults_per_rank: f64,

@@ -1,0 +1,197 @@
+//! The job's node structure, kept between engines.
+//!
+//! An engine needs the node's communicator (`MPI_Comm_split_type(SHARED)`,
+//! cut into virtual nodes on request), the readers' and the masters'
+//! communicators and a node-shared window. Each is made by a blocking
+//! collective call, and where ranks outnumber cores MPICH's blocking calls
+//! spin: at 8 ranks on 2 cores making them took 0.6–0.9 s, longer than
+//! reading a 1.5 GB database (docs/PERFORMANCE.md). They depend only on the
+//! ranks and two options, so they are made once: an engine takes them at
+//! open and gives them back when dropped, with the window's memory returned
+//! to the system. [`prepare`] makes them ahead of the first open.
+//!
+//! Open and drop are collective, so every member of a job holds the same
+//! kept topologies; open still agrees on the one it takes (by an id agreed
+//! when it was made) and makes a new one if any rank disagrees.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use super::agree::{agree, agree_ok, agree_resource};
+use super::EngineOptions;
+use crate::error::Result;
+use crate::mpi_raw::{self, Comm, RawComm, ReduceOp, SharedWindow};
+
+/// Window bytes set aside for the record index when a window is made
+/// ahead of knowing the database (24 bytes per record plus its key: a
+/// million records with 40-byte keys fit).
+pub const INDEX_ALLOWANCE: usize = 64 << 20;
+
+pub struct NodeTopology {
+    /// A duplicate of the communicator the topology was made for; only its
+    /// ranks matter (`MPI_Comm_compare`).
+    ranks: Comm,
+    ranks_per_node: Option<usize>,
+    readers_per_node: usize,
+    /// Same on every rank of the job.
+    id: i64,
+    pub node: Comm,
+    /// On the node's first `readers_per_node` ranks.
+    pub readers: Option<Comm>,
+    /// On the node's first rank.
+    pub masters: Option<Comm>,
+    /// World ranks of the node's members, in node order.
+    pub members: Vec<u64>,
+    /// The node-shared window while no engine uses it (its memory
+    /// released).
+    pub window: Option<SharedWindow>,
+}
+
+static KEPT: Mutex<Vec<NodeTopology>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicI64 = AtomicI64::new(0);
+
+impl NodeTopology {
+    fn fits(&self, world: &Comm, options: &EngineOptions) -> bool {
+        self.ranks_per_node == options.ranks_per_node
+            && self.readers_per_node == options.readers_per_node
+            && world.same_ranks_as(self.ranks.raw()).unwrap_or(false)
+    }
+
+    /// Makes sure the window holds at least `len` bytes, making a new one
+    /// if not (then returns true). Collective over `world`.
+    pub fn ensure_window(&mut self, world: &Comm, len: usize) -> Result<bool> {
+        // Every rank of a node holds the same window, so the node's ranks
+        // all free it or none does.
+        let fits = self.window.as_ref().is_some_and(|w| w.len() >= len);
+        if !fits {
+            self.window = None;
+            let made = SharedWindow::allocate(&self.node, len);
+            self.window = Some(agree_resource(world, made)?);
+        }
+        Ok(!fits)
+    }
+}
+
+/// Takes the kept topology for `world`'s ranks and these options, or makes
+/// one (then returns true). Collective over `world` (the engine's duplicate
+/// of the caller's communicator).
+pub fn take(world: &Comm, options: &EngineOptions) -> Result<(NodeTopology, bool)> {
+    mpi_raw::call_at_finalize(release_all)?;
+    let candidate = {
+        let mut kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        kept.iter()
+            .position(|t| t.fits(world, options))
+            .map(|i| kept.remove(i))
+    };
+    let id = candidate.as_ref().map_or(-1, |t| t.id);
+    let mut bounds = [id, -id];
+    agree(world, Ok(()), &mut bounds)?;
+    let (lowest, highest) = (bounds[0], -bounds[1]);
+    match candidate {
+        Some(t) if lowest == highest => Ok((t, false)),
+        other => {
+            // Some rank lacks it or holds another (only after a misuse such
+            // as dropping an engine on some ranks): ours is leaked, as
+            // freeing it is a collective the others may not enter, and a
+            // new one is made.
+            if let Some(t) = other {
+                if let Some(w) = &t.window {
+                    w.release_pages();
+                }
+                std::mem::forget(t);
+            }
+            make(world, options).map(|t| (t, true))
+        }
+    }
+}
+
+/// Keeps `topology` for the next engine on the same ranks. If one is kept
+/// already (two engines were open at once), this one is freed: the node's
+/// ranks all do the same, as they all hold the same kept set.
+pub fn give_back(topology: NodeTopology) {
+    let surplus = {
+        let mut kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let twin = kept.iter().any(|t| {
+            t.ranks_per_node == topology.ranks_per_node
+                && t.readers_per_node == topology.readers_per_node
+                && t.ranks.same_ranks_as(topology.ranks.raw()).unwrap_or(false)
+        });
+        if twin {
+            Some(topology)
+        } else {
+            kept.push(topology);
+            None
+        }
+    };
+    drop(surplus);
+}
+
+/// Makes the topology and window an engine with `options` on `comm` will
+/// take at open, so the first open does not pay for them. Collective over
+/// `comm`.
+pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
+    let world = Comm::dup(comm)?;
+    agree_ok(&world, super::check_options(options))?;
+    let (mut topology, _) = take(&world, options)?;
+    let made = topology.ensure_window(&world, options.window_bytes.saturating_add(INDEX_ALLOWANCE));
+    give_back(topology);
+    made.map(|_| ())
+}
+
+/// Frees every kept topology, oldest first (the order they were made in,
+/// the same on every rank). Runs when MPI_Finalize starts.
+pub fn release_all() {
+    let mut all = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|p| p.into_inner()));
+    all.sort_by_key(|t| t.id);
+    drop(all);
+}
+
+fn make(world: &Comm, options: &EngineOptions) -> Result<NodeTopology> {
+    let shared = world.split_shared()?;
+    let node = match options.ranks_per_node {
+        Some(k) => {
+            // Consecutive blocks of k ranks of the shared-memory node; made
+            // among each block's ranks only.
+            let first = shared.rank() / k * k;
+            let block: Vec<usize> = (first..(first + k).min(shared.size())).collect();
+            shared.create_group(&block, 1)?
+        }
+        None => shared,
+    };
+    let is_reader = node.rank() < options.readers_per_node;
+    let is_master = node.rank() == 0;
+    let roles = world.allgather_i64(&[i64::from(is_reader) | i64::from(is_master) << 1])?;
+    let with_role =
+        |bit: i64| -> Vec<usize> { (0..roles.len()).filter(|&r| roles[r] & bit != 0).collect() };
+    let readers = if is_reader {
+        Some(world.create_group(&with_role(1), 2)?)
+    } else {
+        None
+    };
+    // With one reader per node the masters are the readers: a duplicate
+    // (non-blocking) instead of a second group.
+    let masters = match (&readers, is_master) {
+        (Some(r), true) if options.readers_per_node == 1 => Some(Comm::dup(r.raw())?),
+        (_, true) => Some(world.create_group(&with_role(2), 3)?),
+        _ => None,
+    };
+    let members = node
+        .allgather_i64(&[world.rank() as i64])?
+        .into_iter()
+        .map(|r| r as u64)
+        .collect();
+    let mut id = [NEXT_ID.fetch_add(1, Ordering::SeqCst)];
+    world.allreduce_i64(&mut id, ReduceOp::Max)?;
+    NEXT_ID.fetch_max(id[0] + 1, Ordering::SeqCst);
+    Ok(NodeTopology {
+        ranks: Comm::dup(world.raw())?,
+        ranks_per_node: options.ranks_per_node,
+        readers_per_node: options.readers_per_node,
+        id: id[0],
+        node,
+        readers,
+        masters,
+        members,
+        window: None,
+    })
+}
