@@ -149,12 +149,19 @@ impl SharedWindow {
         let start = (self.base as usize).div_ceil(page) * page;
         let end = (self.base as usize + self.len) / page * page;
         if end > start {
+            let (at, len) = (start as *mut libc::c_void, end - start);
             // SAFETY: [start, end) lies inside the segment mapped for this
             // window's life; the caller guarantees nobody reads it until it
-            // is rewritten, and removed pages read back as zeros, never as
-            // invalid memory. A failure (a file system without hole
-            // punching) only leaves the pages in place, so it is ignored.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_REMOVE) };
+            // is rewritten, and released pages read back as zeros, never as
+            // invalid memory. A window of one rank may be private memory
+            // (MPICH allocates it so), where MADV_REMOVE fails and
+            // MADV_DONTNEED frees the pages instead; if both fail the pages
+            // stay, which costs memory but nothing else.
+            unsafe {
+                if libc::madvise(at, len, libc::MADV_REMOVE) != 0 {
+                    libc::madvise(at, len, libc::MADV_DONTNEED);
+                }
+            }
         }
     }
 }
