@@ -104,6 +104,9 @@ int lmdbio_options_set_window_bytes(lmdbio_options *options, size_t bytes);
 /* Steps read ahead per collective round, at most (default 16; fewer when
  * half the window cannot hold them). */
 int lmdbio_options_set_prefetch(lmdbio_options *options, size_t steps);
+/* Runs of reads grow to target_bytes (default 4 MiB), bridging holes of up to
+ * max_gap_bytes (default 64 KiB); collective reads take adjacent runs in one
+ * request. */
 int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, uint64_t max_gap_bytes);
 /* 0: all readers at once (default); G: at most G readers read at a time. */
 int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);

@@ -61,9 +61,11 @@ for m in lmdb-skip lmdb-walk lmdbio; do
   echo "$m: received $total records, $got distinct, of $entries"
 done
 cat <<'NOTE'
-(One small run on a shared machine. With a few hundred MB the fixed costs
-lmdbio pays once per job -- MPI communicators, the index, first touch of the
-shared window -- weigh more than on a training job, and the virtual disk
+(One small run on a shared machine. The MPI set-up -- node communicators and
+the shared window -- is made once before the timed runs, as a job would at
+start-up ("lmdbio MPI set-up" above). With a few hundred MB the costs each
+open still pays -- opening the file collectively, the index, first touch of
+the shared window -- weigh more than on a training job, and the virtual disk
 here is served from the host's cache. docs/PERFORMANCE.md has the 1.5 GB
 comparisons on local disk and GlusterFS; scripts/bench-sweep.sh and
 scripts/gluster-bench.sh make them.)

@@ -3,10 +3,13 @@
 //! Record values are scattered over the file (inline in leaf pages or in
 //! overflow runs). A plan sorts the byte spans of the requested records by
 //! file offset and merges neighbours into runs, bridging holes of at most
-//! `max_gap` bytes; a run stops growing once it holds `target` bytes. A
-//! round of reads never touches a byte twice and, where the spans are
-//! close together, issues at most `bytes / target` requests (plus one per
-//! stretch broken by a larger hole). The plan
+//! `max_gap` bytes; a run stops growing once it holds `target` bytes, and
+//! the next run then starts where it ended (taking the small hole along),
+//! so runs split by the target stay adjacent. A round of reads never
+//! touches a byte twice and, where the spans are close together, issues at
+//! most `bytes / target` requests (plus one per stretch broken by a larger
+//! hole); the engine's collective reads take each stretch of adjacent runs
+//! in one request. The plan
 //! is pure arithmetic over the index; the same plan feeds `pread` and the
 //! MPI-IO engine.
 
@@ -16,7 +19,8 @@ use crate::index::RecordEntry;
 pub struct CoalesceOptions {
     /// Bytes at which a run stops taking neighbours: runs are at least
     /// this long where spans are close together, and at most this plus
-    /// one span.
+    /// one span (and one hole). Requests of `pread` and independent MPI-IO
+    /// are runs; collective reads join adjacent runs into one request.
     pub target: u64,
     /// Largest hole between two spans that is read (and thrown away) to save
     /// a request.
@@ -95,13 +99,28 @@ impl ReadPlan {
                     run
                 }
                 _ => {
-                    if let Some(done) = current.take() {
-                        plan.buffer_len += done.len;
-                        plan.runs.push(done);
-                    }
+                    // A run that ended only because it reached the target
+                    // hands its small hole to the next one, so the two are
+                    // adjacent: a reader then takes a stretch of runs in
+                    // one contiguous request (see MpiFile::start_read_runs).
+                    let start = match current.take() {
+                        Some(done) => {
+                            let done_end = done.file_offset + done.len;
+                            plan.buffer_len += done.len;
+                            plan.runs.push(done);
+                            let bridged =
+                                offset >= done_end && offset - done_end <= options.max_gap;
+                            if bridged {
+                                done_end
+                            } else {
+                                offset
+                            }
+                        }
+                        None => offset,
+                    };
                     current.insert(ReadRun {
-                        file_offset: offset,
-                        len,
+                        file_offset: start,
+                        len: end - start,
                         buf_offset: plan.buffer_len,
                     })
                 }
@@ -180,5 +199,32 @@ mod tests {
         let plan = ReadPlan::for_spans(&spans, OPTS);
         assert!(plan.runs.len() as u64 <= (50 * 37u64).div_ceil(OPTS.target));
         assert!(plan.runs.iter().all(|r| r.len < OPTS.target + 37));
+    }
+
+    #[test]
+    fn runs_split_at_the_target_stay_adjacent_across_small_holes() {
+        // 40-byte values behind 4-byte headers (like overflow pages): runs
+        // split at the target take the header hole with them, so each run
+        // starts where the last ended; a larger hole still starts afresh.
+        let mut spans: Vec<(u64, u64)> = (0..20).map(|i| (4 + i * 44, 40)).collect();
+        spans.push((2000, 40));
+        let plan = ReadPlan::for_spans(&spans, OPTS);
+        assert!(plan.runs.len() > 3);
+        let last = plan.runs.len() - 1;
+        for pair in plan.runs[..last].windows(2) {
+            assert_eq!(pair[0].file_offset + pair[0].len, pair[1].file_offset);
+        }
+        assert_eq!(plan.runs[last].file_offset, 2000);
+        // Every span still lands where its bytes are.
+        for (i, &(offset, len)) in spans.iter().enumerate() {
+            let p = plan.placements[i];
+            let run = plan
+                .runs
+                .iter()
+                .find(|r| p.buf_offset >= r.buf_offset && p.buf_offset < r.buf_offset + r.len)
+                .unwrap();
+            assert_eq!(run.file_offset + (p.buf_offset - run.buf_offset), offset);
+            assert!(p.buf_offset + len <= run.buf_offset + run.len);
+        }
     }
 }

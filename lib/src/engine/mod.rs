@@ -3,7 +3,8 @@
 //! * Ranks are grouped into nodes (`MPI_Comm_split_type(SHARED)`, or K
 //!   consecutive ranks per virtual node). Only the first
 //!   `readers_per_node` ranks of a node open the file, once, on the readers'
-//!   communicator.
+//!   communicator. The communicators and the node's shared window are made
+//!   once per process and kept between engines ([`topology`]).
 //! * The record index is built across nodes (`index_build`) into each
 //!   node's shared memory.
 //! * Batches are served in *rounds*: a round covers the next `prefetch`
