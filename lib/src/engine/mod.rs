@@ -382,6 +382,13 @@ impl Drop for Engine {
             return;
         };
         let window = memory.into_window();
+        if !crate::mpi_raw::is_initialized() {
+            // MPI is gone (the engine outlived MPI_Finalize): no MPI call
+            // may be made, and the handles died with it.
+            std::mem::forget(window);
+            std::mem::forget(topology);
+            return;
+        }
         // The node's ranks may still be reading their last batch: its
         // memory is released once all of them are done with it. If the
         // barrier fails the node is in trouble; keep nothing.
