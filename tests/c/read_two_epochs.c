@@ -85,7 +85,6 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 8);
     }
   }
-  lmdbio_options_free(opts);
   lmdbio_counters node;
   CHECK(lmdbio_node_counters(engine, &node));
   CHECK(lmdbio_close(engine));
@@ -93,6 +92,18 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("OK %zu records x 2 epochs on %d ranks; node read %" PRIu64 " bytes in %" PRIu64 " requests\n", n,
            size, node.bytes_read, node.read_requests);
+
+  /* An engine may outlive MPI (a framework's objects destroyed at exit):
+   * closing it after MPI_Finalize must neither call MPI nor fail. */
+  lmdbio_engine *late;
+  CHECK(lmdbio_open(MPI_COMM_WORLD, argv[1], opts, &late));
+  lmdbio_batch first;
+  CHECK(lmdbio_next_batch(late, &first));
+  lmdbio_options_free(opts);
   MPI_Finalize();
+  if (lmdbio_close(late) != LMDBIO_OK) {
+    fprintf(stderr, "closing after MPI_Finalize failed: %s\n", lmdbio_last_error());
+    return 9;
+  }
   return 0;
 }

@@ -270,6 +270,40 @@ impl Drop for InFlight {
     }
 }
 
+/// Counts reads running on helper threads, so that `MPI_Finalize` (whose
+/// start runs [`topology::release_all`]) waits for them: a job may
+/// finalise MPI while an engine still reads ahead, and no MPI call may be
+/// running when MPI goes away.
+static BACKGROUND_READS: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// One read on a helper thread, counted while it lives.
+struct BackgroundRead;
+
+impl BackgroundRead {
+    fn start() -> BackgroundRead {
+        *BACKGROUND_READS.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        BackgroundRead
+    }
+}
+
+impl Drop for BackgroundRead {
+    fn drop(&mut self) {
+        let mut n = BACKGROUND_READS.0.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        BACKGROUND_READS.1.notify_all();
+    }
+}
+
+/// Waits until no helper thread is reading.
+fn wait_for_background_reads() {
+    let (count, done) = &BACKGROUND_READS;
+    let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
+    while *n > 0 {
+        n = done.wait(n).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
 /// A window address handed to the read thread.
 struct WindowPtr(*mut u8);
 // SAFETY: the pointer is into the node's shared window, which the engine
@@ -914,7 +948,9 @@ impl Engine {
         let mut result = Ok(());
         if phases == 1 && self.threaded_reads {
             let (file, runs, ptr) = (Arc::clone(file), runs.to_vec(), WindowPtr(buf));
+            let in_flight = BackgroundRead::start();
             round.read = Some(InFlight::Thread(Some(std::thread::spawn(move || {
+                let _in_flight = in_flight;
                 let ptr = ptr;
                 // SAFETY: see WindowPtr; len bytes from ptr are this
                 // reader's range, untouched until the thread is joined.

@@ -139,8 +139,10 @@ pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
 }
 
 /// Frees every kept topology, oldest first (the order they were made in,
-/// the same on every rank). Runs when MPI_Finalize starts.
+/// the same on every rank). Runs when MPI_Finalize starts, after any read
+/// an open engine runs in the background has finished.
 pub fn release_all() {
+    super::wait_for_background_reads();
     let mut all = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|p| p.into_inner()));
     all.sort_by_key(|t| t.id);
     drop(all);

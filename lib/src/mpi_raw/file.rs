@@ -448,6 +448,11 @@ impl PendingRead {
 
 impl Drop for PendingRead {
     fn drop(&mut self) {
+        if !super::is_initialized() {
+            // After MPI_Finalize no call may be made; MPI completed or
+            // dropped the requests itself.
+            return;
+        }
         for request in &mut self.requests {
             let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
             // SAFETY: completes a request we started; the buffer it writes
