@@ -51,10 +51,16 @@ static KEPT: Mutex<Vec<NodeTopology>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicI64 = AtomicI64::new(0);
 
 impl NodeTopology {
-    fn fits(&self, world: &Comm, options: &EngineOptions) -> bool {
-        self.ranks_per_node == options.ranks_per_node
-            && self.readers_per_node == options.readers_per_node
-            && world.same_ranks_as(self.ranks.raw()).unwrap_or(false)
+    /// Made for the ranks of `ranks` with these node options.
+    fn made_for(
+        &self,
+        ranks: &Comm,
+        ranks_per_node: Option<usize>,
+        readers_per_node: usize,
+    ) -> bool {
+        self.ranks_per_node == ranks_per_node
+            && self.readers_per_node == readers_per_node
+            && ranks.same_ranks_as(self.ranks.raw()).unwrap_or(false)
     }
 
     /// Makes sure the window holds at least `len` bytes, making a new one
@@ -80,7 +86,7 @@ pub fn take(world: &Comm, options: &EngineOptions) -> Result<(NodeTopology, bool
     let candidate = {
         let mut kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         kept.iter()
-            .position(|t| t.fits(world, options))
+            .position(|t| t.made_for(world, options.ranks_per_node, options.readers_per_node))
             .map(|i| kept.remove(i))
     };
     let id = candidate.as_ref().map_or(-1, |t| t.id);
@@ -112,9 +118,11 @@ pub fn give_back(topology: NodeTopology) {
     let surplus = {
         let mut kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let twin = kept.iter().any(|t| {
-            t.ranks_per_node == topology.ranks_per_node
-                && t.readers_per_node == topology.readers_per_node
-                && t.ranks.same_ranks_as(topology.ranks.raw()).unwrap_or(false)
+            t.made_for(
+                &topology.ranks,
+                topology.ranks_per_node,
+                topology.readers_per_node,
+            )
         });
         if twin {
             Some(topology)
