@@ -26,6 +26,32 @@ fn mpiexec(n: usize, args: &[&str]) -> Output {
     kit::run_bounded(cmd)
 }
 
+/// Runs `lmdbio bench ARGS --json FILE` on `n` ranks, requires success and
+/// returns the JSON document.
+fn bench_json(n: usize, args: &[&str]) -> serde_json::Value {
+    let json_dir = kit::TempDir::new().unwrap();
+    let json = json_dir.path().join("run.json");
+    let mut all = vec!["--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = mpiexec(n, &all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+}
+
+/// The median row of `method` in a bench JSON document.
+fn method_run<'d>(doc: &'d serde_json::Value, method: &str) -> &'d serde_json::Value {
+    doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["method"] == method)
+        .unwrap()
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -188,25 +214,10 @@ fn empty_database_reads_nothing_and_ends() {
 }
 
 fn bytes_read_per_node(fx: &kit::Fixture, extra: &[&str]) -> f64 {
-    let json_dir = kit::TempDir::new().unwrap();
-    let json = json_dir.path().join("run.json");
-    let mut args = vec![
-        "--ranks-per-node",
-        "2",
-        "--batch",
-        "8",
-        "--json",
-        json.to_str().unwrap(),
-    ];
+    let mut args = vec!["--ranks-per-node", "2", "--batch", "8"];
     args.extend_from_slice(extra);
     args.push(fx.path.to_str().unwrap());
-    let out = mpiexec(4, &args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let doc = bench_json(4, &args);
     let run = &doc["runs"][0];
     assert_eq!(run["file_opens_per_node"].as_f64(), Some(1.0));
     run["bytes_read_per_node"].as_f64().unwrap()
@@ -244,11 +255,9 @@ fn only_readers_open_the_file_and_each_byte_is_read_once() {
 #[test]
 fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
     let fx = kit::overflow_only(120, 91);
-    let json_dir = kit::TempDir::new().unwrap();
-    let json = json_dir.path().join("run.json");
     let target: u64 = 1 << 20;
     let target_arg = target.to_string();
-    let out = mpiexec(
+    let doc = bench_json(
         4,
         &[
             "--ranks-per-node",
@@ -257,8 +266,6 @@ fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
             "6",
             "--coalesce",
             &target_arg,
-            "--json",
-            json.to_str().unwrap(),
             "--method",
             "lmdbio",
             "--method",
@@ -266,22 +273,7 @@ fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
             fx.path.to_str().unwrap(),
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let run = |m: &str| {
-        doc["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["method"] == m)
-            .unwrap()
-            .clone()
-    };
-    let lmdbio = run("lmdbio");
+    let lmdbio = method_run(&doc, "lmdbio");
     let f = |k: &str| lmdbio[k].as_f64().unwrap();
     assert_eq!(f("file_opens_per_node"), 1.0);
     assert_eq!(
@@ -290,7 +282,10 @@ fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
         "only the node's reader reads"
     );
     // The raw baseline's every-rank variant has both ranks of a node read.
-    assert_eq!(run("raw")["reading_ranks_per_node"].as_f64(), Some(2.0));
+    assert_eq!(
+        method_run(&doc, "raw")["reading_ranks_per_node"].as_f64(),
+        Some(2.0)
+    );
     let bound = f("bytes_read_per_node") / target as f64
         + lmdbio["rounds"].as_f64().unwrap()
         + f("index_read_requests_per_node");
@@ -738,9 +733,8 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
     let fx = kit::caffe_style(500, 6000, 77);
     let oracle = oracle_lines(&fx);
     let dir = kit::TempDir::new().unwrap();
-    let json = dir.path().join("runs.json");
     let trace = dir.path().join("trace");
-    let out = mpiexec(
+    let doc = bench_json(
         4,
         &[
             "--ranks-per-node",
@@ -760,15 +754,8 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
             "lmdbio",
             "--trace",
             trace.to_str().unwrap(),
-            "--json",
-            json.to_str().unwrap(),
             fx.path.to_str().unwrap(),
         ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     for method in ["lmdb-skip", "lmdb-walk", "lmdbio"] {
         assert!(
@@ -776,7 +763,6 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
             "{method} differs from liblmdb"
         );
     }
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 5);
     for run in runs {
@@ -799,11 +785,7 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
         }
         assert_eq!(run["ranks"].as_u64(), Some(4));
     }
-    let opens = |m: &str| {
-        runs.iter().find(|r| r["method"] == m).unwrap()["file_opens_per_node"]
-            .as_f64()
-            .unwrap()
-    };
+    let opens = |m: &str| method_run(&doc, m)["file_opens_per_node"].as_f64().unwrap();
     assert_eq!(opens("lmdbio"), 1.0);
     assert_eq!(opens("lmdb-skip"), 2.0);
     assert_eq!(opens("raw-node"), 1.0);
@@ -816,9 +798,7 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
 #[test]
 fn node_setup_is_made_once_and_window_memory_is_given_back() {
     let fx = kit::overflow_only(300, 93);
-    let json_dir = kit::TempDir::new().unwrap();
     let runs_of = |extra: &[&str]| -> (serde_json::Value, Vec<serde_json::Value>) {
-        let json = json_dir.path().join("run.json");
         let mut args = vec![
             "--method",
             "lmdbio",
@@ -828,19 +808,10 @@ fn node_setup_is_made_once_and_window_memory_is_given_back() {
             "lmdbio-shuffled",
             "--repeat",
             "2",
-            "--json",
-            json.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         args.push(fx.path.to_str().unwrap());
-        let out = mpiexec(2, &args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let doc = bench_json(2, &args);
         let all = doc["all_runs"].as_array().unwrap().clone();
         (doc, all)
     };
