@@ -342,19 +342,48 @@ pub unsafe extern "C" fn lmdbio_cursor_get(
         // SAFETY: forwarded from the caller.
         let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
         let bytes = e.engine.cursor().encode();
-        if buf.is_null() || len < bytes.len() {
-            return Err(Error::InvalidArgument(format!(
-                "the cursor needs {} bytes (LMDBIO_CURSOR_BYTES)",
-                bytes.len()
-            )));
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            copy_out(
+                &bytes,
+                buf,
+                len,
+                out_len,
+                "the cursor",
+                "LMDBIO_CURSOR_BYTES",
+            )
         }
-        // SAFETY: buf holds at least len >= bytes.len() writable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
-        if let Some(out) = unsafe { out_len.as_mut() } {
-            *out = bytes.len();
-        }
-        Ok(())
     })
+}
+
+/// Copies `bytes` into the caller's `buf` of `len` bytes and stores their
+/// length in `*out_len` (if not NULL); refuses a NULL or short buffer,
+/// naming `what` and where its size comes from.
+///
+/// # Safety
+/// `buf` is NULL or holds `len` writable bytes; `out_len` is NULL or
+/// writable.
+unsafe fn copy_out(
+    bytes: &[u8],
+    buf: *mut u8,
+    len: usize,
+    out_len: *mut usize,
+    what: &str,
+    size_from: &str,
+) -> Result<()> {
+    if buf.is_null() || len < bytes.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} needs {} bytes ({size_from})",
+            bytes.len()
+        )));
+    }
+    // SAFETY: buf holds at least len >= bytes.len() writable bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+    // SAFETY: NULL or writable, per the contract.
+    if let Some(out) = unsafe { out_len.as_mut() } {
+        *out = bytes.len();
+    }
+    Ok(())
 }
 
 /// The size of the job cursor (local; the same on every rank).
@@ -388,28 +417,35 @@ pub unsafe extern "C" fn lmdbio_job_cursor_get(
         // Gather first, check the buffer after: a rank with a short buffer
         // must not leave the others waiting in the allgather.
         let bytes = e.engine.job_cursor()?.encode();
-        if buf.is_null() || len < bytes.len() {
-            return Err(Error::InvalidArgument(format!(
-                "the job cursor needs {} bytes (lmdbio_job_cursor_size)",
-                bytes.len()
-            )));
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            copy_out(
+                &bytes,
+                buf,
+                len,
+                out_len,
+                "the job cursor",
+                "lmdbio_job_cursor_size",
+            )
         }
-        // SAFETY: buf holds at least len >= bytes.len() writable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
-        if let Some(out) = unsafe { out_len.as_mut() } {
-            *out = bytes.len();
-        }
-        Ok(())
     })
+}
+
+/// The caller's options, or the defaults for NULL.
+///
+/// # Safety
+/// `options` is NULL or made by `lmdbio_options_new` and not yet freed.
+unsafe fn options_or_default(options: *const lmdbio_options) -> EngineOptions {
+    // SAFETY: per the contract.
+    unsafe { options.as_ref() }.map_or_else(EngineOptions::default, |o| o.0.clone())
 }
 
 /// Collective over `comm`.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_prepare(comm: RawComm, options: *const lmdbio_options) -> c_int {
     guard(|| {
-        // SAFETY: NULL or made by lmdbio_options_new.
-        let options =
-            unsafe { options.as_ref() }.map_or_else(EngineOptions::default, |o| o.0.clone());
+        // SAFETY: forwarded from the caller.
+        let options = unsafe { options_or_default(options) };
         crate::engine::prepare(comm, &options)
     })
 }
@@ -428,9 +464,8 @@ pub unsafe extern "C" fn lmdbio_open(
         }
         // SAFETY: NULL or a path string from the caller.
         let path = PathBuf::from(unsafe { c_str(path, "path") }?);
-        // SAFETY: NULL or made by lmdbio_options_new.
-        let options =
-            unsafe { options.as_ref() }.map_or_else(EngineOptions::default, |o| o.0.clone());
+        // SAFETY: forwarded from the caller.
+        let options = unsafe { options_or_default(options) };
         let engine = Engine::open(comm, &path, options)?;
         let handle = Box::into_raw(Box::new(lmdbio_engine {
             engine,
