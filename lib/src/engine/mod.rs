@@ -333,7 +333,6 @@ pub struct Engine {
     /// was initialised with MPI_THREAD_MULTIPLE); otherwise they complete
     /// when the round starts (see `MpiFile::start_read_runs`).
     threaded_reads: bool,
-    page_size: u32,
     schedule: JobSchedule,
     order: EpochOrder,
     database: DatabaseIdentity,
@@ -479,7 +478,6 @@ impl Engine {
                 topology,
                 memory: opened.memory,
             }),
-            page_size: opened.database.page_size,
             schedule: opened.schedule,
             order: opened.order,
             database: opened.database,
@@ -1043,7 +1041,9 @@ impl Engine {
             }
             let start = (round.base + p.buf_offset) as usize;
             let header = &bytes[start..start + PAGEHDRSZ];
-            if let Some((pgno, reason)) = overflow_header_problem(entry, header, self.page_size) {
+            if let Some((pgno, reason)) =
+                overflow_header_problem(entry, header, self.database.page_size)
+            {
                 let path = self
                     .file
                     .as_ref()
@@ -1052,7 +1052,7 @@ impl Engine {
                 return Err(Error::Corrupt {
                     path,
                     pgno,
-                    offset: pgno * self.page_size as u64,
+                    offset: pgno * self.database.page_size as u64,
                     reason,
                 });
             }

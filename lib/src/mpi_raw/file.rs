@@ -195,7 +195,7 @@ impl MpiFile {
             expected: Vec::new(),
             outcomes: Vec::new(),
             deferred: None,
-            runs: runs.len() as u64,
+            file_requests: runs.len() as u64,
         };
         if total != len as u64 {
             return Err(Error::InvalidArgument(
@@ -215,48 +215,8 @@ impl MpiFile {
         };
         let len = if runs.is_empty() { 0 } else { len };
         if collective {
-            if len as u64 > i32::MAX as u64 {
-                return Err(Error::ResourceLimit(format!(
-                    "one collective read of {len} bytes exceeds an int count; lower the window size"
-                )));
-            }
-            // Adjacent runs (the plan makes runs split at the target
-            // adjacent) form stretches, each one contiguous request. With
-            // few stretches every reader reads its own at explicit offsets
-            // through the plain byte view; setting a view of runs instead is
-            // a blocking collective with a reduction and a barrier in ROMIO,
-            // which took a third of the readers' time at 8 readers on 2
-            // cores (MPICH spins while it waits). The number of calls, and
-            // so whether a view is needed, is agreed among the readers.
-            let stretches = stretches(runs);
-            let mut most = [stretches.len() as i64];
-            self.readers.allreduce_i64(&mut most, ReduceOp::Max)?;
-            if most[0] <= MAX_STRETCHES {
-                if self.run_view.swap(false, Ordering::SeqCst) {
-                    self.set_view(&[])?;
-                }
-                for i in 0..most[0] as usize {
-                    let (at, buf_at, n) = stretches.get(i).copied().unwrap_or((0, 0, 0));
-                    // SAFETY: a stretch lies inside buf (runs sum to len).
-                    let status = unsafe { self.read_at_all(at, buf.add(buf_at), n) }?;
-                    if n > 0 {
-                        pending.push(unsafe { ffi::RSMPI_REQUEST_NULL }, n, at);
-                        let last = pending.outcomes.len() - 1;
-                        pending.outcomes[last] = Some(pending.count_outcome(&status, last));
-                    }
-                }
-                pending.runs = stretches.len() as u64;
-                return Ok(pending);
-            }
-            self.run_view.store(true, Ordering::SeqCst);
-            self.set_view(runs)?;
-            let at = runs.first().map_or(0, |r| r.file_offset);
-            // SAFETY: the caller keeps buf valid and untouched until we
-            // return; the view maps exactly len file bytes.
-            let status = unsafe { self.read_at_all(0, buf, len) }?;
-            // A completed read: recorded with its outcome, nothing to wait for.
-            pending.push(unsafe { ffi::RSMPI_REQUEST_NULL }, len, at);
-            pending.outcomes[0] = Some(pending.count_outcome(&status, 0));
+            // SAFETY: forwarded from the caller.
+            unsafe { self.read_collectively(runs, buf, len, &mut pending) }?;
             return Ok(pending);
         }
         let mut at = 0usize;
@@ -285,6 +245,59 @@ impl MpiFile {
             }
         }
         Ok(pending)
+    }
+
+    /// The collective part of [`MpiFile::start_read_runs`]: reads `runs`
+    /// (packed into `len` bytes at `buf`) before returning, recording each
+    /// completed call in `pending`.
+    ///
+    /// # Safety
+    /// As for `start_read_runs`.
+    unsafe fn read_collectively(
+        &self,
+        runs: &[ReadRun],
+        buf: *mut u8,
+        len: usize,
+        pending: &mut PendingRead,
+    ) -> Result<()> {
+        if len as u64 > i32::MAX as u64 {
+            return Err(Error::ResourceLimit(format!(
+                "one collective read of {len} bytes exceeds an int count; lower the window size"
+            )));
+        }
+        // Adjacent runs (the plan makes runs split at the target adjacent)
+        // form stretches, each one contiguous request. With few stretches
+        // every reader reads its own at explicit offsets through the plain
+        // byte view; setting a view of runs instead is a blocking
+        // collective with a reduction and a barrier in ROMIO, which took a
+        // third of the readers' time at 8 readers on 2 cores (MPICH spins
+        // while it waits). The number of calls, and so whether a view is
+        // needed, is agreed among the readers.
+        let stretches = stretches(runs);
+        let mut most = [stretches.len() as i64];
+        self.readers.allreduce_i64(&mut most, ReduceOp::Max)?;
+        if most[0] <= MAX_STRETCHES {
+            if self.run_view.swap(false, Ordering::SeqCst) {
+                self.set_view(&[])?;
+            }
+            for i in 0..most[0] as usize {
+                let (at, buf_at, n) = stretches.get(i).copied().unwrap_or((0, 0, 0));
+                // SAFETY: a stretch lies inside buf (runs sum to len).
+                let status = unsafe { self.read_at_all(at, buf.add(buf_at), n) }?;
+                if n > 0 {
+                    pending.completed(n, at, &status);
+                }
+            }
+            pending.file_requests = stretches.len() as u64;
+            return Ok(());
+        }
+        self.run_view.store(true, Ordering::SeqCst);
+        self.set_view(runs)?;
+        // SAFETY: the caller keeps buf valid and untouched until we return;
+        // the view maps exactly len file bytes.
+        let status = unsafe { self.read_at_all(0, buf, len) }?;
+        pending.completed(len, runs.first().map_or(0, |r| r.file_offset), &status);
+        Ok(())
     }
 
     /// `MPI_File_read_at_all` of `len` bytes at `offset` (in the current
@@ -367,7 +380,9 @@ pub struct PendingRead {
     /// Results of requests already seen complete by `poll`.
     outcomes: Vec<Option<Result<()>>>,
     deferred: Option<Error>,
-    runs: u64,
+    /// File requests this read makes: its runs, or for collective reads
+    /// without a view, its stretches of adjacent runs.
+    file_requests: u64,
 }
 
 impl PendingRead {
@@ -375,6 +390,20 @@ impl PendingRead {
         self.requests.push(request);
         self.outcomes.push(None);
         self.expected.push((bytes, at));
+    }
+
+    /// Records a read of `bytes` at `at` that completed with `status`:
+    /// nothing to wait for, its outcome known.
+    fn completed(
+        &mut self,
+        bytes: usize,
+        at: u64,
+        status: &std::mem::MaybeUninit<ffi::MPI_Status>,
+    ) {
+        // SAFETY: reading an immutable handle constant.
+        self.push(unsafe { ffi::RSMPI_REQUEST_NULL }, bytes, at);
+        let last = self.outcomes.len() - 1;
+        self.outcomes[last] = Some(self.count_outcome(status, last));
     }
 
     /// Lets MPI make progress on the reads without blocking: some MPI-IO
@@ -421,9 +450,9 @@ impl PendingRead {
         })
     }
 
-    /// Completes every request; returns the number of runs read.
+    /// Completes every request; returns the number of file requests.
     pub fn wait(mut self) -> Result<u64> {
-        let mut result = Ok(self.runs);
+        let mut result = Ok(self.file_requests);
         for i in 0..self.requests.len() {
             let outcome = match self.outcomes[i].take() {
                 Some(done) => done,
