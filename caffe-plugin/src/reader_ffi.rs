@@ -13,6 +13,9 @@ use std::path::Path;
 
 use crate::partition_reader::PartitionReader;
 
+/// The error of asking for the current record with none left.
+const PAST_END: &str = "the cursor is past the end of its share";
+
 pub type lmdbio_caffe_reader = PartitionReader;
 
 thread_local! {
@@ -142,9 +145,7 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_ordinal(
     guard(|| {
         // SAFETY: see `reader`.
         let r = unsafe { reader(r) }?;
-        let ordinal = r
-            .ordinal()
-            .ok_or("the cursor is past the end of its share")?;
+        let ordinal = r.ordinal().ok_or(PAST_END)?;
         if out.is_null() {
             return Err("out is NULL".into());
         }
@@ -164,7 +165,7 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_key(
     guard(|| {
         // SAFETY: see `reader`.
         let r = unsafe { reader(r) }?;
-        let key = r.key().ok_or("the cursor is past the end of its share")?;
+        let key = r.key().ok_or(PAST_END)?;
         // SAFETY: out pointers are non-NULL per the header.
         unsafe { write_slice(key, out, out_len) }
     })
@@ -181,10 +182,7 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_value(
     guard(|| {
         // SAFETY: see `reader`.
         let r = unsafe { reader(r) }?;
-        let value = r
-            .value()
-            .map_err(|e| e.to_string())?
-            .ok_or("the cursor is past the end of its share")?;
+        let value = r.value().map_err(|e| e.to_string())?.ok_or(PAST_END)?;
         // SAFETY: out pointers are non-NULL per the header.
         unsafe { write_slice(value, out, out_len) }
     })

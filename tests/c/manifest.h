@@ -1,4 +1,4 @@
-/* What the C test programs share: the status check, and the manifest of
+/* What the C test programs share: start-up, the status check, and the manifest of
  * liblmdb's records (key hex, value length, FNV-1a 64 of the value) that
  * every delivered record is checked against. */
 #ifndef LMDBIO_TEST_MANIFEST_H
@@ -19,6 +19,19 @@
       MPI_Abort(MPI_COMM_WORLD, 2);                                              \
     }                                                                            \
   } while (0)
+
+/* MPI_Init, this rank and the rank count; aborts with a usage line unless
+ * the program got DB and MANIFEST. */
+static inline void start_mpi(int *argc, char ***argv, const char *program, int *rank,
+                             int *size) {
+  MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  if (*argc != 3) {
+    if (*rank == 0) fprintf(stderr, "usage: %s DB MANIFEST\n", program);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+}
 
 /* Longest key the checks handle (LMDB's default limit is 511). */
 #define MANIFEST_MAX_KEY 1024

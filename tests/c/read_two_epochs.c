@@ -9,14 +9,8 @@
 #include "manifest.h"
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 3) {
-    if (rank == 0) fprintf(stderr, "usage: read_two_epochs DB MANIFEST\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
+  start_mpi(&argc, &argv, "read_two_epochs", &rank, &size);
 
   /* A missing database fails on every rank, with a message. */
   lmdbio_engine *bad = NULL;

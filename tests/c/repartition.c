@@ -26,14 +26,8 @@ static uint64_t take(const lmdbio_batch *batch) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 3) {
-    if (rank == 0) fprintf(stderr, "usage: repartition DB MANIFEST\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
+  start_mpi(&argc, &argv, "repartition", &rank, &size);
   manifest = load_manifest(argv[2], &records);
   seen = calloc(2 * records + 1, sizeof(int));
 
