@@ -101,16 +101,20 @@ int lmdbio_options_set_ranks_per_node(lmdbio_options *options, size_t k);
 int lmdbio_options_set_readers_per_node(lmdbio_options *options, size_t readers);
 /* Bytes of node-shared memory for values (default 256 MiB). */
 int lmdbio_options_set_window_bytes(lmdbio_options *options, size_t bytes);
-/* Steps read ahead per collective round, at most (default 16; fewer when
+/* Steps read ahead per round, at most (default 16; fewer when
  * half the window cannot hold them). */
 int lmdbio_options_set_prefetch(lmdbio_options *options, size_t steps);
 /* Runs of reads grow to target_bytes (default 4 MiB), bridging holes of up to
- * max_gap_bytes (default 64 KiB); collective reads take adjacent runs in one
- * request. */
+ * max_gap_bytes (default 64 KiB); independent reads issue one request per
+ * run, collective reads take adjacent runs in one request. */
 int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, uint64_t max_gap_bytes);
 /* 0: all readers at once (default); G: at most G readers read at a time. */
 int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);
-/* Nonzero (default): MPI_File_read_at_all; zero: independent reads. */
+/* Zero (default): independent reads, each reader on a file handle of its
+ * own (no collective MPI_File_open, no waiting on other readers). Nonzero:
+ * the readers open the file together and read with MPI_File_read_at_all, so
+ * MPI-IO may aggregate across nodes (enable collective buffering with the
+ * romio_cb_read hint; lmdbio's default hints switch it off). */
 int lmdbio_options_set_collective(lmdbio_options *options, int collective);
 /* Nonzero (default): read the next round into the other half of the window
  * while the ranks work on the current one (collective reads on a helper

@@ -151,14 +151,15 @@ fn every_record_once_per_epoch_for_ranks_and_node_shapes() {
 fn read_modes_and_partitions_deliver_the_same_records() {
     let fx = kit::caffe_style(900, 5000, 66);
     let oracle = oracle_lines(&fx);
-    let variants: [&[&str]; 8] = [
+    let variants: [&[&str]; 11] = [
         &["--partition", "round-robin"],
         &["--partition", "strided"],
         &["--tail", "short", "--partition", "strided"],
         &["--tail", "short", "--partition", "round-robin"],
-        &["--independent"],
+        &["--collective"],
         &["--readers-per-node", "2", "--stagger", "1"],
-        &["--stagger", "3"],
+        &["--collective", "--readers-per-node", "2", "--stagger", "1"],
+        &["--collective", "--stagger", "3"],
         &[
             "--independent",
             "--stagger",
@@ -168,6 +169,10 @@ fn read_modes_and_partitions_deliver_the_same_records() {
             "--coalesce",
             "65536",
         ],
+        // Many scattered stretches per reader: collective reads through a
+        // file view of runs.
+        &["--collective", "--partition", "strided", "--max-gap", "0"],
+        &["--collective", "--no-overlap", "--partition", "round-robin"],
     ];
     for v in variants {
         let mut args = vec![
@@ -269,36 +274,42 @@ fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
             "--method",
             "lmdbio",
             "--method",
+            "lmdbio-collective",
+            "--method",
             "raw",
             fx.path.to_str().unwrap(),
         ],
-    );
-    let lmdbio = method_run(&doc, "lmdbio");
-    let f = |k: &str| lmdbio[k].as_f64().unwrap();
-    assert_eq!(f("file_opens_per_node"), 1.0);
-    assert_eq!(
-        f("reading_ranks_per_node"),
-        1.0,
-        "only the node's reader reads"
     );
     // The raw baseline's every-rank variant has both ranks of a node read.
     assert_eq!(
         method_run(&doc, "raw")["reading_ranks_per_node"].as_f64(),
         Some(2.0)
     );
-    let bound = f("bytes_read_per_node") / target as f64
-        + lmdbio["rounds"].as_f64().unwrap()
-        + f("index_read_requests_per_node");
-    let requests = f("read_requests_per_node");
-    assert!(
-        requests <= bound.ceil(),
-        "{requests} requests per node, more than the coalescing bound {bound:.1}"
-    );
+    for method in ["lmdbio", "lmdbio-collective"] {
+        let run = method_run(&doc, method);
+        let f = |k: &str| run[k].as_f64().unwrap();
+        assert_eq!(f("file_opens_per_node"), 1.0, "{method}");
+        assert_eq!(
+            f("reading_ranks_per_node"),
+            1.0,
+            "{method}: only the node's reader reads"
+        );
+        let bound = f("bytes_read_per_node") / target as f64
+            + f("rounds")
+            + f("index_read_requests_per_node");
+        let requests = f("read_requests_per_node");
+        assert!(
+            requests <= bound.ceil(),
+            "{method}: {requests} requests per node, more than the coalescing bound {bound:.1}"
+        );
+    }
     // Collective reads take adjacent runs in one request: per round, one
     // for each of the node's two ranks' contiguous blocks (a block may
     // wrap to the file's start once, at the end of the epoch).
-    let rounds = lmdbio["rounds"].as_f64().unwrap();
-    let stretches = 2.0 * rounds + 2.0 + f("index_read_requests_per_node");
+    let collective = method_run(&doc, "lmdbio-collective");
+    let f = |k: &str| collective[k].as_f64().unwrap();
+    let stretches = 2.0 * f("rounds") + 2.0 + f("index_read_requests_per_node");
+    let requests = f("read_requests_per_node");
     assert!(
         requests <= stretches,
         "{requests} requests per node, more than one per block per round ({stretches})"
@@ -752,19 +763,21 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
             "lmdb-walk",
             "--method",
             "lmdbio",
+            "--method",
+            "lmdbio-collective",
             "--trace",
             trace.to_str().unwrap(),
             fx.path.to_str().unwrap(),
         ],
     );
-    for method in ["lmdb-skip", "lmdb-walk", "lmdbio"] {
+    for method in ["lmdb-skip", "lmdb-walk", "lmdbio", "lmdbio-collective"] {
         assert!(
             traced_lines(&trace.join(method)) == oracle,
             "{method} differs from liblmdb"
         );
     }
     let runs = doc["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 5);
+    assert_eq!(runs.len(), 6);
     for run in runs {
         for key in [
             "method",

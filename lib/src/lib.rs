@@ -30,7 +30,8 @@
 //! 8. [`mpi_raw`]: the thin unsafe layer over MPI (communicators, MPI-IO,
 //!    shared windows), every return code checked.
 //! 9. [`engine`]: nodes, readers, the index in node-shared memory, rounds of
-//!    coalesced collective reads into a shared window, zero-copy batches,
+//!    coalesced MPI-IO reads (independent by default, collective on request)
+//!    into a shared window, zero-copy batches,
 //!    and one agreement per collective step so failures reach every rank.
 //!    The node's communicators and window are made once and kept between
 //!    engines ([`engine::topology`], [`engine::prepare`]).

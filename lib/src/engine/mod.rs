@@ -2,15 +2,16 @@
 //!
 //! * Ranks are grouped into nodes (`MPI_Comm_split_type(SHARED)`, or K
 //!   consecutive ranks per virtual node). Only the first
-//!   `readers_per_node` ranks of a node open the file, once, on the readers'
-//!   communicator. The communicators and the node's shared window are made
+//!   `readers_per_node` ranks of a node open the file, once each: on their
+//!   own (independent reads, the default) or together on the readers'
+//!   communicator (collective reads). The communicators and the node's shared window are made
 //!   once per process and kept between engines ([`topology`]).
 //! * The record index is built across nodes (`index_build`) into each
 //!   node's shared memory.
 //! * Batches are served in *rounds*: a round covers the next `prefetch`
 //!   steps of every rank on the node. The node's readers plan the round's
-//!   value spans into large coalesced runs and read them with collective
-//!   MPI-IO (optionally staggered) straight into the node's shared window;
+//!   value spans into large coalesced runs and read them with MPI-IO
+//!   (independent or collective, optionally staggered) straight into the node's shared window;
 //!   every rank then gets pointers into that window. Nothing is copied after
 //!   the read.
 //! * Every rank can compute every other rank's batches (see
@@ -71,7 +72,13 @@ pub struct EngineOptions {
     pub prefetch: usize,
     /// At most this many readers read at once (staggering); `None`: all.
     pub stagger: Option<usize>,
-    /// Collective (`MPI_File_read_at_all`) or independent reads.
+    /// Collective reads: the readers open the file together and read with
+    /// `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes (with
+    /// hints that enable collective buffering). Default: independent reads,
+    /// each reader on a handle of its own, which skips the collective open
+    /// and every wait on other readers; lmdbio's runs are already large
+    /// and contiguous, which is when aggregation has nothing to add
+    /// (measured in docs/PERFORMANCE.md).
     pub collective: bool,
     /// MPI-IO hints passed at open, on top of [`DEFAULT_HINTS`] (a key
     /// given here replaces the default).
@@ -115,7 +122,7 @@ impl Default for EngineOptions {
             window_bytes: 256 << 20,
             prefetch: DEFAULT_PREFETCH,
             stagger: None,
-            collective: true,
+            collective: false,
             hints: Vec::new(),
             overlap: true,
             step_limit: None,
@@ -373,6 +380,20 @@ struct Opened {
 }
 
 /// The schedule, epoch order and step to start from, agreed by all ranks.
+/// Opens the data file on a reader. Collective reads need one handle
+/// shared by all readers, opened together; independent reads need none, and
+/// a handle of the reader's own skips a collective `MPI_File_open` over all
+/// readers (which dominated the first batch at 8 readers under MPICH:
+/// docs/PERFORMANCE.md).
+fn open_data_file(readers: &Comm, path: &Path, options: &EngineOptions) -> Result<MpiFile> {
+    let comm = if options.collective {
+        Comm::dup(readers.raw())?
+    } else {
+        Comm::own()?
+    };
+    MpiFile::open(comm, path, &effective_hints(&options.hints))
+}
+
 fn start_point(
     world: &Comm,
     options: &EngineOptions,
@@ -508,7 +529,7 @@ impl Engine {
         };
         let resolved = agree_ok(world, resolved)?;
         let file = match (&topology.readers, resolved) {
-            (Some(r), Some(p)) => Some(MpiFile::open(r, &p, &effective_hints(&options.hints))),
+            (Some(r), Some(p)) => Some(open_data_file(r, &p, options)),
             _ => None,
         };
         let file = agree_resource(world, file.transpose())?.map(Arc::new);

@@ -1,4 +1,5 @@
-//! MPI-IO: the data file opened once on the readers' communicator.
+//! MPI-IO: the data file, opened by each reader on its own or by the
+//! readers together.
 
 use std::ffi::{c_int, c_void, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -55,19 +56,19 @@ unsafe impl Send for MpiFile {}
 unsafe impl Sync for MpiFile {}
 
 impl MpiFile {
-    /// `MPI_File_open` read-only, collective over `comm`, with ROMIO hints.
-    pub fn open(comm: &Comm, path: &Path, hints: &[(String, String)]) -> Result<MpiFile> {
+    /// `MPI_File_open` read-only, collective over `readers` (which the file
+    /// keeps for agreeing on collective reads), with ROMIO hints.
+    pub fn open(readers: Comm, path: &Path, hints: &[(String, String)]) -> Result<MpiFile> {
         let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
             Error::InvalidArgument(format!("{}: path contains a NUL byte", path.display()))
         })?;
         let info = Info::new(hints)?;
-        let readers = Comm::dup(comm.raw())?;
         let mut raw = unsafe { ffi::RSMPI_FILE_NULL };
         // SAFETY: valid communicator, NUL-terminated path, info handle and
         // out pointer.
         let rc = unsafe {
             ffi::MPI_File_open(
-                comm.raw(),
+                readers.raw(),
                 c_path.as_ptr(),
                 ffi::MPI_MODE_RDONLY as c_int,
                 info.raw,

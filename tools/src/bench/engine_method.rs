@@ -6,25 +6,23 @@ use std::path::Path;
 use std::time::Instant;
 
 use lmdbio::cursor::JobCursor;
-use lmdbio::engine::Engine;
+use lmdbio::engine::{Engine, EngineOptions};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
 use super::progress::Progress;
 use super::report::Measurement;
-use super::{engine_options, hex, steps_for_epochs, touch, Args};
+use super::{hex, steps_for_epochs, touch, Args};
 use crate::CommandError;
 
 pub fn run(
     args: &Args,
-    shuffle_seed: Option<u64>,
+    mut options: EngineOptions,
     world: &SimpleCommunicator,
     trace_dir: Option<&Path>,
     progress: &mut Progress,
 ) -> Result<Measurement, CommandError> {
-    let mut options = engine_options(args)?;
-    options.shuffle_seed = shuffle_seed;
     if let Some(path) = &args.resume {
         // Every rank reads the same file, so every rank reaches the same
         // verdict and none is left waiting in a collective call.

@@ -28,6 +28,10 @@ pub enum Method {
     /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
     /// 1): to compare with unshuffled reading in the same invocation.
     LmdbioShuffled,
+    /// lmdbio's engine with collective reads (the readers open the file
+    /// together and read with MPI_File_read_at_all): to compare with the
+    /// default independent reads in the same invocation.
+    LmdbioCollective,
     /// liblmdb's mmap cursor, every rank scanning everything and keeping
     /// records i % P == rank (Caffe's multi-GPU Data layer).
     LmdbSkip,
@@ -46,6 +50,7 @@ impl Method {
         match self {
             Method::Lmdbio => "lmdbio",
             Method::LmdbioShuffled => "lmdbio-shuffled",
+            Method::LmdbioCollective => "lmdbio-collective",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
@@ -94,7 +99,13 @@ pub struct Args {
     /// At most G readers read at once.
     #[arg(long, value_name = "G")]
     stagger: Option<usize>,
-    /// Independent instead of collective MPI-IO.
+    /// Collective MPI-IO: the readers open the file together and read with
+    /// MPI_File_read_at_all, so MPI-IO may aggregate across nodes (with
+    /// hints that enable collective buffering). Default: independent reads,
+    /// each reader on a file handle of its own.
+    #[arg(long, conflicts_with = "independent")]
+    collective: bool,
+    /// Independent reads (the default; kept so scripts can say so).
     #[arg(long)]
     independent: bool,
     /// Read each round synchronously instead of while the ranks work on the
@@ -185,9 +196,12 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         args.methods.clone()
     };
     let ctx = report::Context::new(&world, args.ranks_per_node);
-    let uses_engine = methods
-        .iter()
-        .any(|m| matches!(m, Method::Lmdbio | Method::LmdbioShuffled));
+    let uses_engine = methods.iter().any(|m| {
+        matches!(
+            m,
+            Method::Lmdbio | Method::LmdbioShuffled | Method::LmdbioCollective
+        )
+    });
     let prepare_s = if uses_engine && !args.no_prepare {
         let started = std::time::Instant::now();
         lmdbio::engine::prepare(world.as_raw(), &engine_options(args)?)?;
@@ -229,10 +243,19 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         let progress = &mut progress;
         let trace_dir = trace_dir.as_deref();
         let m = match method {
-            Method::Lmdbio => engine_method::run(args, args.shuffle, &world, trace_dir, progress)?,
+            Method::Lmdbio => {
+                let options = engine_options(args)?;
+                engine_method::run(args, options, &world, trace_dir, progress)?
+            }
             Method::LmdbioShuffled => {
-                let seed = Some(args.shuffle.unwrap_or(1));
-                engine_method::run(args, seed, &world, trace_dir, progress)?
+                let mut options = engine_options(args)?;
+                options.shuffle_seed = Some(args.shuffle.unwrap_or(1));
+                engine_method::run(args, options, &world, trace_dir, progress)?
+            }
+            Method::LmdbioCollective => {
+                let mut options = engine_options(args)?;
+                options.collective = true;
+                engine_method::run(args, options, &world, trace_dir, progress)?
             }
             Method::LmdbSkip => {
                 lmdb_methods::run(args, &world, trace_dir, lmdb_methods::Walk::Skip, progress)?
@@ -310,7 +333,7 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         window_bytes: args.window,
         prefetch: args.prefetch,
         stagger: args.stagger,
-        collective: !args.independent,
+        collective: args.collective,
         hints,
         overlap: !args.no_overlap,
         step_limit: None,
