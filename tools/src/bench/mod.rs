@@ -8,6 +8,7 @@ mod lmdb_methods;
 mod progress;
 mod raw;
 mod report;
+mod run_order;
 mod sys;
 
 use std::path::PathBuf;
@@ -74,8 +75,8 @@ pub struct Args {
     /// Named database instead of the main one.
     #[arg(short = 's', value_name = "NAME")]
     subdb: Option<String>,
-    /// Run the whole list of methods N times, rotating its order each
-    /// time, and report each method's median run (every run is kept in the
+    /// Run the whole list of methods N times, in an order that changes
+    /// each time so every method follows every other equally often, and report each method's median run (every run is kept in the
     /// JSON): on a shared machine one run of each says little.
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat: usize,
@@ -220,10 +221,10 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     let repeat = args.repeat.max(1);
     let total = methods.len() * repeat;
     for n in 0..total {
-        // Rotate the order each repetition so no method always follows
-        // the same one (page cache, disk and thermal state carry over).
+        // Each method follows every other equally often over the
+        // repetitions (state carries over from run to run: run_order).
         let (rep, i) = (n / methods.len(), n % methods.len());
-        let method = methods[(i + rep) % methods.len()];
+        let method = methods[run_order::run_order(methods.len(), rep)[i]];
         let cache = if args.cold {
             Some(sys::drop_cache(&args.db, &ctx)?)
         } else {
