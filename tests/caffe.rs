@@ -474,20 +474,24 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         max_iter: 10,
     };
     // (mode, ranks, ranks per virtual node: 2 makes two nodes of 2 on 4
-    // ranks, each with its own reader and shared window)
-    for (mode, ranks, per_node) in [
-        (Mode::Layer, 2, "0"),
-        (Mode::Layer, 4, "0"),
-        (Mode::Layer, 4, "2"),
-        (Mode::ZeroChange, 2, "0"),
+    // ranks, each with its own reader and shared window; collective reads)
+    for (mode, ranks, per_node, collective) in [
+        (Mode::Layer, 2, "0", false),
+        (Mode::Layer, 4, "0", false),
+        (Mode::Layer, 4, "2", false),
+        (Mode::Layer, 4, "2", true),
+        (Mode::ZeroChange, 2, "0", false),
     ] {
-        let run = format!("{mode:?}_{ranks}_{per_node}");
+        let run = format!("{mode:?}_{ranks}_{per_node}_{collective}");
         let solver = write_solver(work.path(), &run, mode, &spec);
         let keys = work.path().join(format!("keys_{run}"));
         std::fs::create_dir_all(&keys).unwrap();
         let mut env = vec![("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())];
         if per_node != "0" {
             env.push(("LMDBIO_CAFFE_RANKS_PER_NODE", per_node));
+        }
+        if collective {
+            env.push(("LMDBIO_CAFFE_COLLECTIVE", "1"));
         }
         let out = train_mpi(&plugin, ranks, &solver, &env);
         let log = assert_trained(&out, &format!("{mode:?} on {ranks} ranks"));

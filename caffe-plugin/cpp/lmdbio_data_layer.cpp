@@ -164,6 +164,9 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
     CHECK_EQ(lmdbio_options_set_ranks_per_node(options, ranks_per_node), LMDBIO_OK)
         << "LMDBIO_CAFFE_RANKS_PER_NODE: " << lmdbio_last_error();
   }
+  if (env_count("LMDBIO_CAFFE_COLLECTIVE") > 0) {
+    CHECK_EQ(lmdbio_options_set_collective(options, 1), LMDBIO_OK) << lmdbio_last_error();
+  }
   // Collective: every rank constructs its nets' layers in the same order.
   const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
   lmdbio_options_free(options);
