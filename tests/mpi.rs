@@ -800,6 +800,15 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
     }
     let opens = |m: &str| method_run(&doc, m)["file_opens_per_node"].as_f64().unwrap();
     assert_eq!(opens("lmdbio"), 1.0);
+    // The engine's time in reads and agreements is reported, and it is
+    // not nothing: every round's read is started and completed.
+    let engine = method_run(&doc, "lmdbio");
+    assert!(engine["read_wait_s_per_rank"].as_f64().unwrap() > 0.0);
+    assert!(engine["agreement_wait_s_per_rank"].as_f64().unwrap() >= 0.0);
+    assert_eq!(
+        method_run(&doc, "raw")["read_wait_s_per_rank"].as_f64(),
+        Some(0.0)
+    );
     assert_eq!(opens("lmdb-skip"), 2.0);
     assert_eq!(opens("raw-node"), 1.0);
 }

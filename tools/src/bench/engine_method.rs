@@ -107,5 +107,7 @@ pub fn run(
     m.index_read_requests = c.index_read_requests;
     m.rounds = c.rounds;
     m.setup_made = c.setup_made;
+    m.read_wait_s = c.io_seconds;
+    m.agreement_wait_s = c.wait_seconds;
     Ok(m)
 }

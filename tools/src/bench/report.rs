@@ -29,6 +29,11 @@ pub struct Measurement {
     /// MPI set-up the engine's open had to make (lmdbio only; see
     /// `Counters::setup_made`).
     pub setup_made: u64,
+    /// Seconds the engine waited for its node's reads, and in agreements
+    /// with other ranks (lmdbio only: `Counters::io_seconds`,
+    /// `wait_seconds`).
+    pub read_wait_s: f64,
+    pub agreement_wait_s: f64,
 }
 
 /// The job's shape, for per-node figures.
@@ -124,6 +129,8 @@ impl<'w> Context<'w> {
             index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
             rounds: self.max(m.rounds as f64) as u64,
             setup_made: self.max(m.setup_made as f64) as u64,
+            read_wait_s_per_rank: self.max(m.read_wait_s),
+            agreement_wait_s_per_rank: self.max(m.agreement_wait_s),
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
             major_faults_per_rank: self.max(process.major_faults as f64),
             minor_faults_per_rank: self.max(process.minor_faults as f64),
@@ -161,6 +168,11 @@ pub struct Run {
     /// Blocking MPI set-up the engine's open made (node communicators,
     /// shared window): 0 when kept from an earlier open or `prepare`.
     pub setup_made: u64,
+    /// The longest any rank's engine waited for its node's reads, and in
+    /// agreements with other ranks (a node that finished its reads early
+    /// waits there for the slowest).
+    pub read_wait_s_per_rank: f64,
+    pub agreement_wait_s_per_rank: f64,
     /// What the kernel read from storage for the node's ranks.
     pub storage_read_bytes_per_node: f64,
     pub major_faults_per_rank: f64,
