@@ -110,16 +110,20 @@ int lmdbio_options_set_prefetch(lmdbio_options *options, size_t steps);
 int lmdbio_options_set_coalesce(lmdbio_options *options, uint64_t target_bytes, uint64_t max_gap_bytes);
 /* 0: all readers at once (default); G: at most G readers read at a time. */
 int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);
-/* Zero (default): independent reads, each reader on a file handle of its
- * own (no collective MPI_File_open, no waiting on other readers). Nonzero:
- * the readers open the file together and read with MPI_File_read_at_all, so
+/* Zero (default): independent reads, each reader opening the file on its
+ * own and reading with positioned reads on read_streams threads (no
+ * collective open, no waiting on other readers). Nonzero: the readers open
+ * the file together with MPI-IO and read with MPI_File_read_at_all, so
  * MPI-IO may aggregate across nodes (enable collective buffering with the
  * romio_cb_read hint; lmdbio's default hints switch it off). */
 int lmdbio_options_set_collective(lmdbio_options *options, int collective);
+/* Threads each reader reads with, independent reads only (default 2): the
+ * requests a reader keeps in flight. */
+int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
 /* Nonzero (default): read the next round into the other half of the window
- * while the ranks work on the current one (collective reads on a helper
- * thread when MPI provides MPI_THREAD_MULTIPLE, independent reads as
- * non-blocking MPI-IO). */
+ * while the ranks work on the current one (on helper threads; collective
+ * reads only when MPI provides MPI_THREAD_MULTIPLE, else when the round
+ * starts). */
 int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
 /* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
  * values per chunk. Every rank computes the same order. */

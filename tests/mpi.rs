@@ -151,7 +151,7 @@ fn every_record_once_per_epoch_for_ranks_and_node_shapes() {
 fn read_modes_and_partitions_deliver_the_same_records() {
     let fx = kit::caffe_style(900, 5000, 66);
     let oracle = oracle_lines(&fx);
-    let variants: [&[&str]; 11] = [
+    let variants: [&[&str]; 13] = [
         &["--partition", "round-robin"],
         &["--partition", "strided"],
         &["--tail", "short", "--partition", "strided"],
@@ -173,6 +173,15 @@ fn read_modes_and_partitions_deliver_the_same_records() {
         // file view of runs.
         &["--collective", "--partition", "strided", "--max-gap", "0"],
         &["--collective", "--no-overlap", "--partition", "round-robin"],
+        &["--no-overlap", "--read-streams", "3"],
+        &[
+            "--read-streams",
+            "5",
+            "--coalesce",
+            "16384",
+            "--max-gap",
+            "0",
+        ],
     ];
     for v in variants {
         let mut args = vec![

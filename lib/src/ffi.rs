@@ -203,6 +203,8 @@ option_setter!(lmdbio_options_set_prefetch, steps: usize, |o| o.prefetch = posit
 option_setter!(lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger =
     (readers_at_once > 0).then_some(readers_at_once));
 option_setter!(lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
+option_setter!(lmdbio_options_set_read_streams, streams: usize, |o| o.read_streams =
+    positive(streams, "read streams")?);
 option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
 
 fn partition_from(mode: c_int) -> Result<Partition> {

@@ -4,11 +4,12 @@
 //! are gathered into every node's shared index.
 
 use super::agree::{agree_ok, local};
+use super::data_file::{DataFile, DataSource};
 use super::node_memory::{entries_as_bytes, NodeMemory};
 use crate::database::{Database, Tree};
 use crate::error::{Error, Result};
 use crate::index::{check_index, parse_leaves, walk_tree, IndexOptions, IndexPart, TreePages};
-use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
+use crate::mpi_raw::Comm;
 use crate::source::{IoSnapshot, ReadAt};
 
 /// The tree scanned, before the node's shared index exists.
@@ -28,10 +29,10 @@ pub(crate) struct ScannedIndex<'f> {
 
 /// What a master holds after opening the tree: the database, the tree,
 /// and (on master 0 only) its pages.
-type OpenedTree<'f> = (Database<MpiFileSource<'f>>, Tree, Option<TreePages>);
+type OpenedTree<'f> = (Database<DataSource<'f>>, Tree, Option<TreePages>);
 
 struct MasterState<'f> {
-    db: Database<MpiFileSource<'f>>,
+    db: Database<DataSource<'f>>,
     tree: Tree,
     pages: TreePages,
     part: IndexPart,
@@ -42,7 +43,7 @@ struct MasterState<'f> {
 pub(crate) fn scan<'f>(
     world: &Comm,
     masters: Option<&Comm>,
-    file: Option<&'f MpiFile>,
+    file: Option<&'f DataFile>,
     subdb: Option<&str>,
 ) -> Result<ScannedIndex<'f>> {
     // Phase 1: open the tree and read its upper levels once.
@@ -116,13 +117,13 @@ pub(crate) fn publish(
 
 fn open_tree<'f>(
     masters: Option<&Comm>,
-    file: Option<&'f MpiFile>,
+    file: Option<&'f DataFile>,
     subdb: Option<&str>,
 ) -> Result<Option<OpenedTree<'f>>> {
     let (Some(m), Some(file)) = (masters, file) else {
         return Ok(None);
     };
-    let db = Database::from_source(MpiFileSource::new(file))?;
+    let db = Database::from_source(file.source())?;
     let tree = db.tree(subdb)?;
     let pages = if m.rank() == 0 {
         Some(walk_tree(&db, &tree, IndexOptions::default().chunk_pages)?)

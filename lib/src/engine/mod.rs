@@ -22,6 +22,7 @@
 //! communicator given to `open`.
 
 mod agree;
+mod data_file;
 mod index_build;
 mod node_memory;
 pub mod topology;
@@ -32,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use agree::{agree, agree_ok, agree_resource};
+use data_file::{DataFile, WindowRange};
 use node_memory::NodeMemory;
 pub use topology::prepare;
 use topology::NodeTopology;
@@ -40,7 +42,7 @@ use crate::cursor::{Cursor, DatabaseIdentity, JobCursor, CURSOR_BYTES};
 use crate::database::data_file_path;
 use crate::error::{Error, Result};
 use crate::format::PAGEHDRSZ;
-use crate::mpi_raw::{Comm, MpiFile, PendingRead, RawComm, ReduceOp, ThreadLevel};
+use crate::mpi_raw::{Comm, RawComm, ReduceOp, ThreadLevel};
 use crate::order::{EpochOrder, Shuffle};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
 use crate::resume::{self, JobSchedule};
@@ -75,11 +77,14 @@ pub struct EngineOptions {
     /// Collective reads: the readers open the file together and read with
     /// `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes (with
     /// hints that enable collective buffering). Default: independent reads,
-    /// each reader on a handle of its own, which skips the collective open
-    /// and every wait on other readers; lmdbio's runs are already large
-    /// and contiguous, which is when aggregation has nothing to add
-    /// (measured in docs/PERFORMANCE.md).
+    /// each reader on a file of its own read on `read_streams` threads,
+    /// which skips the collective open and every wait on other readers;
+    /// lmdbio's runs are already large and contiguous, which is when
+    /// aggregation has nothing to add (measured in docs/PERFORMANCE.md).
     pub collective: bool,
+    /// Threads each reader reads with (independent reads): requests in
+    /// flight at once per reader.
+    pub read_streams: usize,
     /// MPI-IO hints passed at open, on top of [`DEFAULT_HINTS`] (a key
     /// given here replaces the default).
     pub hints: Vec<(String, String)>,
@@ -123,6 +128,7 @@ impl Default for EngineOptions {
             prefetch: DEFAULT_PREFETCH,
             stagger: None,
             collective: false,
+            read_streams: DEFAULT_READ_STREAMS,
             hints: Vec::new(),
             overlap: true,
             step_limit: None,
@@ -241,28 +247,23 @@ struct PendingRound {
 
 /// This reader's outstanding read of a round.
 enum InFlight {
-    Mpi(Option<PendingRead>),
-    /// A blocking collective read on a helper thread; joined on drop, so
-    /// the window it writes outlives it.
+    /// A read that completed when it was started.
+    Done(Option<Result<u64>>),
+    /// Reads on a helper thread (independent reads, or a blocking
+    /// collective read); joined on drop, so the window it writes outlives
+    /// it.
     Thread(Option<JoinHandle<Result<u64>>>),
 }
 
 impl InFlight {
     fn wait(mut self) -> Result<u64> {
         match &mut self {
-            InFlight::Mpi(read) => read.take().map_or(Ok(0), PendingRead::wait),
+            InFlight::Done(result) => result.take().unwrap_or(Ok(0)),
             InFlight::Thread(handle) => match handle.take().map(JoinHandle::join) {
                 Some(Ok(result)) => result,
                 Some(Err(_)) => Err(Error::Internal("the read thread panicked".into())),
                 None => Ok(0),
             },
-        }
-    }
-
-    fn poll(&mut self) {
-        if let InFlight::Mpi(Some(read)) = self {
-            // Errors surface at the round's agreement through `wait`.
-            let _ = read.poll();
         }
     }
 }
@@ -311,13 +312,6 @@ fn wait_for_background_reads() {
     }
 }
 
-/// A window address handed to the read thread.
-struct WindowPtr(*mut u8);
-// SAFETY: the pointer is into the node's shared window, which the engine
-// keeps alive until the thread is joined; only that thread writes the
-// range until then.
-unsafe impl Send for WindowPtr {}
-
 /// The loaded round: steps `[first_step, first_step + steps)`.
 struct Round {
     first_step: u64,
@@ -331,14 +325,14 @@ pub struct Engine {
     // Dropped first: waits for reads into `data` from `file`.
     pending: Option<PendingRound>,
     world: Comm,
-    file: Option<Arc<MpiFile>>,
+    file: Option<Arc<DataFile>>,
     /// The node topology and shared memory, taken from the kept ones at
     /// open and given back on drop (see [`topology`]); always present
     /// until then.
     parts: Option<NodeParts>,
     /// Collective reads run on a helper thread while the ranks work (MPI
     /// was initialised with MPI_THREAD_MULTIPLE); otherwise they complete
-    /// when the round starts (see `MpiFile::start_read_runs`).
+    /// when the round starts.
     threaded_reads: bool,
     schedule: JobSchedule,
     order: EpochOrder,
@@ -370,7 +364,7 @@ fn held(parts: &Option<NodeParts>) -> &NodeParts {
 /// What opening produced besides the topology.
 struct Opened {
     window_made: bool,
-    file: Option<Arc<MpiFile>>,
+    file: Option<Arc<DataFile>>,
     memory: NodeMemory,
     database: DatabaseIdentity,
     index_io: crate::source::IoSnapshot,
@@ -380,20 +374,6 @@ struct Opened {
 }
 
 /// The schedule, epoch order and step to start from, agreed by all ranks.
-/// Opens the data file on a reader. Collective reads need one handle
-/// shared by all readers, opened together; independent reads need none, and
-/// a handle of the reader's own skips a collective `MPI_File_open` over all
-/// readers (which dominated the first batch at 8 readers under MPICH:
-/// docs/PERFORMANCE.md).
-fn open_data_file(readers: &Comm, path: &Path, options: &EngineOptions) -> Result<MpiFile> {
-    let comm = if options.collective {
-        Comm::dup(readers.raw())?
-    } else {
-        Comm::own()?
-    };
-    MpiFile::open(comm, path, &effective_hints(&options.hints))
-}
-
 fn start_point(
     world: &Comm,
     options: &EngineOptions,
@@ -529,7 +509,7 @@ impl Engine {
         };
         let resolved = agree_ok(world, resolved)?;
         let file = match (&topology.readers, resolved) {
-            (Some(r), Some(p)) => Some(open_data_file(r, &p, options)),
+            (Some(r), Some(p)) => Some(DataFile::open(r, &p, options)),
             _ => None,
         };
         let file = agree_resource(world, file.transpose())?.map(Arc::new);
@@ -734,9 +714,6 @@ impl Engine {
         if !loaded {
             self.round = None;
             self.load_round(t)?;
-        }
-        if let Some(read) = self.pending.as_mut().and_then(|p| p.read.as_mut()) {
-            read.poll();
         }
         let round = self.round.as_ref().expect("round loaded above");
         let me = held(&self.parts).topology.node.rank();
@@ -956,7 +933,10 @@ impl Engine {
         // published.
         let buf = parts.memory.data_ptr().wrapping_add(lo as usize);
         let len = (hi - lo) as usize;
-        let collective = self.options.collective;
+        // SAFETY: see above; the range stays untouched by anyone else until
+        // the read is complete (joined, waited for, or done here).
+        let dest = unsafe { WindowRange::new(buf, len) };
+        let streams = self.options.read_streams;
         // Staggering: readers take turns in groups of `stagger`, everyone
         // taking part in every phase so collective calls always match.
         // Staggered phases run one after another; without staggering the
@@ -964,41 +944,48 @@ impl Engine {
         let group = self.options.stagger.unwrap_or(readers.size()).max(1);
         let phases = readers.size().div_ceil(group);
         let my_phase = readers.rank() / group;
-        let mut result = Ok(());
-        if phases == 1 && self.threaded_reads {
-            let (file, runs, ptr) = (Arc::clone(file), runs.to_vec(), WindowPtr(buf));
+        let own = matches!(**file, DataFile::Own(_));
+        if phases == 1 && (self.options.overlap || self.threaded_reads) {
+            let (file, runs) = (Arc::clone(file), runs.to_vec());
             let in_flight = BackgroundRead::start();
-            round.read = Some(InFlight::Thread(Some(std::thread::spawn(move || {
+            let read = move || {
                 let _in_flight = in_flight;
-                let ptr = ptr;
-                // SAFETY: see WindowPtr; len bytes from ptr are this
-                // reader's range, untouched until the thread is joined.
-                unsafe { file.start_read_runs(&runs, ptr.0, len, true) }?.wait()
-            }))));
+                file.read_runs(&runs, dest, streams)
+            };
+            round.read = Some(if own || self.threaded_reads {
+                InFlight::Thread(Some(std::thread::spawn(read)))
+            } else {
+                // A collective read without MPI_THREAD_MULTIPLE: read now.
+                InFlight::Done(Some(read()))
+            });
             return Ok(());
         }
+        let mut result = Ok(());
         for phase in 0..phases {
             let mine = phase == my_phase;
-            let (runs_now, len_now) = if mine { (runs, len) } else { (&[][..], 0) };
-            // SAFETY: buf is valid for len bytes of the window and untouched
-            // until the read completes (see above).
-            let started = unsafe { file.start_read_runs(runs_now, buf, len_now, collective) };
-            match started {
-                Ok(read) if phases == 1 => round.read = Some(InFlight::Mpi(Some(read))),
-                Ok(read) => {
-                    let done = read.wait();
-                    if let (Ok(n), true) = (&done, mine) {
-                        self.counters.read_requests += n;
-                        self.counters.bytes_read += len as u64;
-                    }
-                    if result.is_ok() {
-                        result = done.map(|_| ());
-                    }
+            let (runs_now, dest_now) = if mine {
+                (runs, dest)
+            } else {
+                // SAFETY: an empty range.
+                (&[][..], unsafe { WindowRange::new(buf, 0) })
+            };
+            // Collective reads take part in every phase, reading nothing
+            // in the others' phases.
+            let done = if mine || !own {
+                file.read_runs(runs_now, dest_now, streams)
+            } else {
+                Ok(0)
+            };
+            match done {
+                Ok(n) if mine => {
+                    self.counters.read_requests += n;
+                    self.counters.bytes_read += len as u64;
                 }
+                Ok(_) => {}
                 Err(e) if result.is_ok() => result = Err(e),
                 Err(_) => {}
             }
-            if !collective && phases > 1 {
+            if own && phases > 1 {
                 readers.barrier()?;
             }
         }
@@ -1090,6 +1077,11 @@ impl Engine {
 /// The first rounds still ramp up from one step.
 pub const DEFAULT_PREFETCH: usize = 16;
 
+/// Threads a reader reads with by default: two streams delivered 1.1–1.5×
+/// one where the storage serves parallel streams faster (local virtio disk
+/// here), and four no more than two (docs/PERFORMANCE.md).
+pub const DEFAULT_READ_STREAMS: usize = 2;
+
 /// ROMIO hints the engine sets unless the caller sets the same key.
 ///
 /// Two-phase collective buffering makes each aggregator read one contiguous
@@ -1170,6 +1162,9 @@ fn check_options(o: &EngineOptions) -> Result<()> {
     }
     if o.prefetch == 0 {
         return bad("prefetch must be at least 1 step");
+    }
+    if o.read_streams == 0 {
+        return bad("read_streams must be at least 1");
     }
     if o.window_bytes == 0 {
         return bad("window_bytes must be positive");

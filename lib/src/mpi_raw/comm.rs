@@ -88,13 +88,6 @@ impl Comm {
         Comm::adopt(out)
     }
 
-    /// A communicator of this rank alone (a duplicate of `MPI_COMM_SELF`):
-    /// collective calls on it involve no other process.
-    pub fn own() -> Result<Comm> {
-        // SAFETY: reading an immutable handle constant.
-        Comm::dup(unsafe { ffi::RSMPI_COMM_SELF })
-    }
-
     fn adopt(raw: RawComm) -> Result<Comm> {
         let mut comm = Comm {
             raw,

@@ -103,12 +103,16 @@ pub struct Args {
     /// Collective MPI-IO: the readers open the file together and read with
     /// MPI_File_read_at_all, so MPI-IO may aggregate across nodes (with
     /// hints that enable collective buffering). Default: independent reads,
-    /// each reader on a file handle of its own.
+    /// each reader opening the file on its own and reading it with
+    /// positioned reads on --read-streams threads.
     #[arg(long, conflicts_with = "independent")]
     collective: bool,
     /// Independent reads (the default; kept so scripts can say so).
     #[arg(long)]
     independent: bool,
+    /// Threads each reader reads with (independent reads).
+    #[arg(long, value_name = "N", default_value_t = lmdbio::engine::DEFAULT_READ_STREAMS)]
+    read_streams: usize,
     /// Read each round synchronously instead of while the ranks work on the
     /// previous one.
     #[arg(long)]
@@ -335,6 +339,7 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         prefetch: args.prefetch,
         stagger: args.stagger,
         collective: args.collective,
+        read_streams: args.read_streams,
         hints,
         overlap: !args.no_overlap,
         step_limit: None,
