@@ -102,7 +102,7 @@ impl ReadPlan {
                     // A run that ended only because it reached the target
                     // hands its small hole to the next one, so the two are
                     // adjacent: a reader then takes a stretch of runs in
-                    // one contiguous request (see MpiFile::start_read_runs).
+                    // one contiguous request (see MpiFile::read_runs_collectively).
                     let start = match current.take() {
                         Some(done) => {
                             let done_end = done.file_offset + done.len;

@@ -62,11 +62,8 @@ impl DataFile {
         match self {
             DataFile::Own(f) => read_on_streams(f, runs, dest, streams),
             // SAFETY: dest is valid for its length and untouched by anyone
-            // else until this returns (WindowRange::new's contract); the
-            // collective read completes before `wait` returns.
-            DataFile::Shared(f) => {
-                unsafe { f.start_read_runs(runs, dest.ptr, dest.len, true) }?.wait()
-            }
+            // else until this returns (WindowRange::new's contract).
+            DataFile::Shared(f) => unsafe { f.read_runs_collectively(runs, dest.ptr, dest.len) },
         }
     }
 

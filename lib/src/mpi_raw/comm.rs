@@ -419,20 +419,20 @@ fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<(
 /// The pauses between tests of a request that is not complete yet: yield
 /// the core for the first 200 µs, then sleep with a growing pause (up to
 /// 500 µs).
-pub(crate) struct Pacer {
+struct Pacer {
     started: std::time::Instant,
     pause: std::time::Duration,
 }
 
 impl Pacer {
-    pub(crate) fn new() -> Pacer {
+    fn new() -> Pacer {
         Pacer {
             started: std::time::Instant::now(),
             pause: std::time::Duration::from_micros(20),
         }
     }
 
-    pub(crate) fn pause(&mut self) {
+    fn pause(&mut self) {
         // Under MPI_THREAD_MULTIPLE every MPI_Test takes the library's
         // lock; a rank yielding in a loop for milliseconds spent 30% of a
         // core on it (perf, 2 ranks on 2 cores) while its reader needed the

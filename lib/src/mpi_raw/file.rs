@@ -164,91 +164,58 @@ impl MpiFile {
 
 impl MpiFile {
     /// Reads `runs` (sorted, non-overlapping) into `buf`, packed back to
-    /// back: one `MPI_File_read_at_all` through a file view (collective;
-    /// every rank of the file's communicator calls this the same number of
-    /// times, an empty `runs` included), or one non-blocking
-    /// `MPI_File_iread_at` per run started without waiting. Complete it
-    /// with [`PendingRead::wait`] before starting another read on this
-    /// file.
+    /// back, with `MPI_File_read_at_all` (collective: every rank of the
+    /// file's communicator calls this the same number of times, an empty
+    /// `runs` included). Returns the number of file requests made.
     ///
-    /// Collective reads complete before this returns. ROMIO does not
-    /// progress a non-blocking collective read in the background anyway
-    /// (it cost what a blocking one costs, docs/PERFORMANCE.md; the engine
-    /// overlaps them on a helper thread instead), and Open MPI 4.1's ROMIO
-    /// component jumps to a null function pointer in
-    /// `MPI_File_iread_at_all` (seen with `--mca io romio321`).
+    /// Blocking: ROMIO does not progress a non-blocking collective read in
+    /// the background (it cost what a blocking one costs,
+    /// docs/PERFORMANCE.md; the engine overlaps reads on a helper thread
+    /// instead), and Open MPI 4.1's ROMIO component jumps to a null
+    /// function pointer in `MPI_File_iread_at_all` (seen with `--mca io
+    /// romio321`).
     ///
     /// # Safety
     /// `buf` must be valid for `len` bytes and neither read nor written by
-    /// anyone until the returned read is waited for (or dropped).
-    pub unsafe fn start_read_runs(
+    /// anyone else until this returns.
+    pub unsafe fn read_runs_collectively(
         &self,
         runs: &[ReadRun],
         buf: *mut u8,
         len: usize,
-        collective: bool,
-    ) -> Result<PendingRead> {
+    ) -> Result<u64> {
         let total: u64 = runs.iter().map(|r| r.len).sum();
-        let mut pending = PendingRead {
-            path: self.path.clone(),
-            file_len: self.len,
-            requests: Vec::new(),
-            expected: Vec::new(),
-            outcomes: Vec::new(),
-            deferred: None,
-            file_requests: runs.len() as u64,
-        };
         if total != len as u64 {
             return Err(Error::InvalidArgument(
                 "read buffer does not match its runs".into(),
             ));
         }
-        let runs = match runs.iter().find(|r| r.file_offset + r.len > self.len) {
-            Some(r) => {
-                // Still take part in the collective call, reading nothing.
-                pending.deferred = Some(self.truncated(r.file_offset, r.len));
-                if !collective {
-                    return Ok(pending);
-                }
-                &[][..]
-            }
-            None => runs,
+        let mut reads = CompletedReads {
+            path: self.path.clone(),
+            file_len: self.len,
+            outcomes: Vec::new(),
+            file_requests: runs.len() as u64,
         };
-        let len = if runs.is_empty() { 0 } else { len };
-        if collective {
-            // SAFETY: forwarded from the caller.
-            unsafe { self.read_collectively(runs, buf, len, &mut pending) }?;
-            return Ok(pending);
+        // A run past the end is reported after taking part in the
+        // collective calls, reading nothing.
+        let past_end = runs
+            .iter()
+            .find(|r| r.file_offset + r.len > self.len)
+            .map(|r| self.truncated(r.file_offset, r.len));
+        let (runs, len) = match past_end {
+            Some(_) => (&[][..], 0),
+            None if runs.is_empty() => (runs, 0),
+            None => (runs, len),
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.read_collectively(runs, buf, len, &mut reads) }?;
+        match past_end {
+            Some(e) => Err(e),
+            None => reads.result(),
         }
-        let mut at = 0usize;
-        for r in runs {
-            let mut off = 0u64;
-            while off < r.len {
-                let n = (r.len - off).min(MAX_BLOCK) as usize;
-                let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-                // SAFETY: [at, at + n) lies inside buf (runs sum to len).
-                check(
-                    unsafe {
-                        ffi::MPI_File_iread_at(
-                            self.raw,
-                            (r.file_offset + off) as ffi::MPI_Offset,
-                            buf.add(at) as *mut c_void,
-                            n as c_int,
-                            ffi::RSMPI_UINT8_T,
-                            &mut request,
-                        )
-                    },
-                    "MPI_File_iread_at",
-                )?;
-                pending.push(request, n, r.file_offset + off);
-                at += n;
-                off += n as u64;
-            }
-        }
-        Ok(pending)
     }
 
-    /// The collective part of [`MpiFile::start_read_runs`]: reads `runs`
+    /// The calls of [`MpiFile::read_runs_collectively`]: reads `runs`
     /// (packed into `len` bytes at `buf`) before returning, recording each
     /// completed call in `pending`.
     ///
@@ -259,7 +226,7 @@ impl MpiFile {
         runs: &[ReadRun],
         buf: *mut u8,
         len: usize,
-        pending: &mut PendingRead,
+        reads: &mut CompletedReads,
     ) -> Result<()> {
         if len as u64 > i32::MAX as u64 {
             return Err(Error::ResourceLimit(format!(
@@ -286,10 +253,10 @@ impl MpiFile {
                 // SAFETY: a stretch lies inside buf (runs sum to len).
                 let status = unsafe { self.read_at_all(at, buf.add(buf_at), n) }?;
                 if n > 0 {
-                    pending.completed(n, at, &status);
+                    reads.completed(n, at, &status);
                 }
             }
-            pending.file_requests = stretches.len() as u64;
+            reads.file_requests = stretches.len() as u64;
             return Ok(());
         }
         self.run_view.store(true, Ordering::SeqCst);
@@ -297,7 +264,7 @@ impl MpiFile {
         // SAFETY: the caller keeps buf valid and untouched until we return;
         // the view maps exactly len file bytes.
         let status = unsafe { self.read_at_all(0, buf, len) }?;
-        pending.completed(len, runs.first().map_or(0, |r| r.file_offset), &status);
+        reads.completed(len, runs.first().map_or(0, |r| r.file_offset), &status);
         Ok(())
     }
 
@@ -370,135 +337,43 @@ impl MpiFile {
     }
 }
 
-/// Reads started by [`MpiFile::start_read_runs`]. Dropping it waits, so
-/// drop it before the file and the buffer.
-pub struct PendingRead {
+/// The outcomes of one [`MpiFile::read_runs_collectively`]'s calls.
+struct CompletedReads {
     path: PathBuf,
     file_len: u64,
-    requests: Vec<ffi::MPI_Request>,
-    /// Bytes and file offset each request must deliver.
-    expected: Vec<(usize, u64)>,
-    /// Results of requests already seen complete by `poll`.
-    outcomes: Vec<Option<Result<()>>>,
-    deferred: Option<Error>,
-    /// File requests this read makes: its runs, or for collective reads
-    /// without a view, its stretches of adjacent runs.
+    outcomes: Vec<Result<()>>,
+    /// File requests made: the runs, or without a view of runs, the
+    /// stretches of adjacent runs.
     file_requests: u64,
 }
 
-impl PendingRead {
-    fn push(&mut self, request: ffi::MPI_Request, bytes: usize, at: u64) {
-        self.requests.push(request);
-        self.outcomes.push(None);
-        self.expected.push((bytes, at));
-    }
-
-    /// Records a read of `bytes` at `at` that completed with `status`:
-    /// nothing to wait for, its outcome known.
+impl CompletedReads {
+    /// Records a read of `bytes` at `at` that completed with `status`.
     fn completed(
         &mut self,
         bytes: usize,
         at: u64,
         status: &std::mem::MaybeUninit<ffi::MPI_Status>,
     ) {
-        // SAFETY: reading an immutable handle constant.
-        self.push(unsafe { ffi::RSMPI_REQUEST_NULL }, bytes, at);
-        let last = self.outcomes.len() - 1;
-        self.outcomes[last] = Some(self.count_outcome(status, last));
-    }
-
-    /// Lets MPI make progress on the reads without blocking: some MPI-IO
-    /// implementations advance non-blocking collective reads only inside
-    /// test and wait calls. Returns true when all have completed.
-    pub fn poll(&mut self) -> Result<bool> {
-        let mut all = true;
-        for i in 0..self.requests.len() {
-            if self.outcomes[i].is_some() {
-                continue;
-            }
-            let mut flag: c_int = 0;
-            let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-            // SAFETY: a request we started and have not seen complete.
-            let rc =
-                unsafe { ffi::MPI_Test(&mut self.requests[i], &mut flag, status.as_mut_ptr()) };
-            if rc != 0 {
-                self.outcomes[i] = Some(check(rc, "MPI_Test"));
-            } else if flag != 0 {
-                self.outcomes[i] = Some(self.count_outcome(&status, i));
-            } else {
-                all = false;
-            }
-        }
-        Ok(all)
-    }
-
-    fn count_outcome(
-        &self,
-        status: &std::mem::MaybeUninit<ffi::MPI_Status>,
-        i: usize,
-    ) -> Result<()> {
-        let (n, at) = self.expected[i];
-        if n == 0 {
+        if bytes == 0 {
             // A reader with nothing to read in a collective call cannot
             // come up short; Open MPI's ROMIO reports a count of 1 for it.
-            return Ok(());
-        }
-        check_count(status, n).map_err(|got| Error::Truncated {
-            path: self.path.clone(),
-            what: format!("a read of {n} bytes at offset {at} (got {got})"),
-            needed_end: at + n as u64,
-            file_len: self.file_len,
-        })
-    }
-
-    /// Completes every request; returns the number of file requests.
-    pub fn wait(mut self) -> Result<u64> {
-        // Test and sleep rather than MPI_Wait: MPICH's wait spins on
-        // ROMIO's generalized requests, taking the core that the thread
-        // doing the asynchronous read (and the node's other ranks) need:
-        // 4.4 s of user CPU against 1.2 s for three runs of 1.44 GiB at
-        // P = 2 on one node (docs/PERFORMANCE.md).
-        let mut pacer = super::comm::Pacer::new();
-        while !self.poll()? {
-            pacer.pause();
-        }
-        let mut result = Ok(self.file_requests);
-        for i in 0..self.requests.len() {
-            let outcome = match self.outcomes[i].take() {
-                Some(done) => done,
-                None => {
-                    let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-                    // SAFETY: a request we started and have not completed.
-                    let rc = unsafe { ffi::MPI_Wait(&mut self.requests[i], status.as_mut_ptr()) };
-                    check(rc, "MPI_Wait").and_then(|()| self.count_outcome(&status, i))
-                }
-            };
-            if let (Err(e), true) = (outcome, result.is_ok()) {
-                result = Err(e);
-            }
-        }
-        self.requests.clear();
-        match self.deferred.take() {
-            Some(e) => Err(e),
-            None => result,
-        }
-    }
-}
-
-impl Drop for PendingRead {
-    fn drop(&mut self) {
-        if !super::is_initialized() {
-            // After MPI_Finalize no call may be made; MPI completed or
-            // dropped the requests itself.
             return;
         }
-        for request in &mut self.requests {
-            let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-            // SAFETY: completes a request we started; the buffer it writes
-            // is still alive (the engine drops pending reads before its
-            // window).
-            unsafe { ffi::MPI_Wait(request, status.as_mut_ptr()) };
-        }
+        let outcome = check_count(status, bytes).map_err(|got| Error::Truncated {
+            path: self.path.clone(),
+            what: format!("a read of {bytes} bytes at offset {at} (got {got})"),
+            needed_end: at + bytes as u64,
+            file_len: self.file_len,
+        });
+        self.outcomes.push(outcome);
+    }
+
+    /// The first failure, or the number of file requests.
+    fn result(self) -> Result<u64> {
+        let requests = self.file_requests;
+        self.outcomes.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(requests)
     }
 }
 

@@ -11,7 +11,7 @@ mod file;
 mod window;
 
 pub use comm::{Comm, ReduceOp, ThreadLevel};
-pub use file::{MpiFile, MpiFileSource, PendingRead};
+pub use file::{MpiFile, MpiFileSource};
 pub use window::SharedWindow;
 
 use std::ffi::{c_char, c_int};
