@@ -64,8 +64,8 @@ cat <<'NOTE'
 (One small run on a shared machine. The MPI set-up -- node communicators and
 the shared window -- is made once before the timed runs, as a job would at
 start-up ("lmdbio MPI set-up" above). With a few hundred MB the costs each
-open still pays -- opening the file collectively, the index, first touch of
-the shared window -- weigh more than on a training job, and the virtual disk
+open still pays -- opening the file, the index, first touch of the shared
+window -- weigh more than on a training job, and the virtual disk
 here is served from the host's cache. docs/PERFORMANCE.md has the 1.5 GB
 comparisons on local disk and GlusterFS; scripts/bench-sweep.sh and
 scripts/gluster-bench.sh make them.)

@@ -5,8 +5,8 @@
 //!   each taking a contiguous share of the round. Several requests in
 //!   flight is what a single reader needs to keep up with storage that
 //!   serves parallel streams faster than one: measured here, two streams
-//!   delivered 1.1–1.5× what ROMIO's independent reads did on the same
-//!   handle-per-reader layout, where MPICH's global lock and glibc's
+//!   delivered 1.1–1.6× what ROMIO's independent reads did with one handle
+//!   per reader, where MPICH's global lock and glibc's
 //!   one-request-per-descriptor AIO queue allow one request at a time
 //!   (docs/PERFORMANCE.md). For a regular file ROMIO's independent read is
 //!   itself a `pread` loop, so no file system support is lost.

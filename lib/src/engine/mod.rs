@@ -1077,9 +1077,10 @@ impl Engine {
 /// The first rounds still ramp up from one step.
 pub const DEFAULT_PREFETCH: usize = 16;
 
-/// Threads a reader reads with by default: two streams delivered 1.1–1.5×
-/// one where the storage serves parallel streams faster (local virtio disk
-/// here), and four no more than two (docs/PERFORMANCE.md).
+/// Threads a reader reads with by default: on storage that serves parallel
+/// streams faster than one (the local virtio disk here), two streams
+/// delivered about 1.1× one, and four no more than two
+/// (docs/PERFORMANCE.md).
 pub const DEFAULT_READ_STREAMS: usize = 2;
 
 /// ROMIO hints the engine sets unless the caller sets the same key.

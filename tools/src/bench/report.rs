@@ -169,8 +169,9 @@ pub struct Run {
     /// shared window): 0 when kept from an earlier open or `prepare`.
     pub setup_made: u64,
     /// The longest any rank's engine waited for its node's reads, and in
-    /// agreements with other ranks (a node that finished its reads early
-    /// waits there for the slowest).
+    /// agreements with other ranks (a rank that does not read waits there
+    /// for its node's reader, and a node that finished early for the
+    /// slowest).
     pub read_wait_s_per_rank: f64,
     pub agreement_wait_s_per_rank: f64,
     /// What the kernel read from storage for the node's ranks.
