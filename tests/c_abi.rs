@@ -17,11 +17,16 @@ fn workspace() -> PathBuf {
 /// The directory holding this build's `liblmdbio.so`, built on demand.
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_owned(); // target/<profile>
-                                                                  // Into the target directory this test was built in (which may be a
-                                                                  // second one, for another MPI), with the same MPICC.
+    // target/<profile>/deps/<test> -> target/<profile>
+    let dir = exe.parent().unwrap().parent().unwrap().to_owned();
+    // Into the target directory and profile this test was built in (the
+    // directory may be a second one, for another MPI), with the same MPICC.
+    let mut args = vec!["build", "-q", "-p", "lmdbio", "--lib"];
+    if dir.file_name().is_some_and(|p| p == "release") {
+        args.push("--release");
+    }
     let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "lmdbio", "--lib"])
+        .args(&args)
         .env("CARGO_TARGET_DIR", dir.parent().unwrap())
         .current_dir(workspace())
         .status()

@@ -29,6 +29,13 @@ int main(int argc, char **argv) {
   CHECK(lmdbio_options_set_tail(opts, LMDBIO_TAIL_SHORT));
   CHECK(lmdbio_options_set_ranks_per_node(opts, 2));
   CHECK(lmdbio_options_set_window_bytes(opts, 4 << 20));
+  /* Independent reads (the default) on three streams; zero streams is
+   * refused. */
+  CHECK(lmdbio_options_set_read_streams(opts, 3));
+  if (lmdbio_options_set_read_streams(opts, 0) != LMDBIO_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "rank %d: zero read streams was accepted\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
   /* The node set-up made ahead; the opens below (and the resumed one) take
    * it instead of making their own. */
   CHECK(lmdbio_prepare(MPI_COMM_WORLD, opts));

@@ -38,6 +38,9 @@ int main(int argc, char **argv) {
   CHECK(lmdbio_options_set_partition(opts, LMDBIO_PARTITION_STRIDED));
   CHECK(lmdbio_options_set_shuffle(opts, 21, 30));
   CHECK(lmdbio_options_set_window_bytes(opts, 4 << 20));
+  /* Collective reads; MPI_Init gives no MPI_THREAD_MULTIPLE, so each round
+   * is read when it starts. */
+  CHECK(lmdbio_options_set_collective(opts, 1));
 
   /* Job 1: all ranks, a third of epoch 0's steps. */
   lmdbio_engine *engine;

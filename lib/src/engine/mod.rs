@@ -109,8 +109,9 @@ pub struct EngineOptions {
     /// read ahead, and asking for more is an error. `None`: unbounded.
     pub step_limit: Option<u64>,
     /// Read the next round into the other half of the window while the
-    /// ranks work on the current one (collective reads on a helper thread,
-    /// independent ones as non-blocking MPI-IO).
+    /// ranks work on the current one, on helper threads (collective reads
+    /// only under `MPI_THREAD_MULTIPLE`; without it they are read when the
+    /// round starts).
     pub overlap: bool,
 }
 
@@ -945,7 +946,7 @@ impl Engine {
         let phases = readers.size().div_ceil(group);
         let my_phase = readers.rank() / group;
         let own = matches!(**file, DataFile::Own(_));
-        if phases == 1 && (self.options.overlap || self.threaded_reads) {
+        if phases == 1 && self.options.overlap {
             let (file, runs) = (Arc::clone(file), runs.to_vec());
             let in_flight = BackgroundRead::start();
             let read = move || {
