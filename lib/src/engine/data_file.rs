@@ -141,7 +141,7 @@ impl WindowRange {
         }
         // SAFETY: [at, at + n) lies inside the range (checked), which
         // `new`'s caller vouched for; the streams get disjoint parts of it
-        // (`read_runs` gives each run to exactly one stream).
+        // (`read_on_streams` gives each run to exactly one stream).
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), n) })
     }
 }

@@ -4,16 +4,17 @@
 //!   consecutive ranks per virtual node). Only the first
 //!   `readers_per_node` ranks of a node open the file, once each: on their
 //!   own (independent reads, the default) or together on the readers'
-//!   communicator (collective reads). The communicators and the node's shared window are made
-//!   once per process and kept between engines ([`topology`]).
+//!   communicator (collective reads). The communicators and the node's
+//!   shared window are made once per process and kept between engines
+//!   ([`topology`]).
 //! * The record index is built across nodes (`index_build`) into each
 //!   node's shared memory.
 //! * Batches are served in *rounds*: a round covers the next `prefetch`
 //!   steps of every rank on the node. The node's readers plan the round's
-//!   value spans into large coalesced runs and read them with MPI-IO
-//!   (independent or collective, optionally staggered) straight into the node's shared window;
-//!   every rank then gets pointers into that window. Nothing is copied after
-//!   the read.
+//!   value spans into large coalesced runs and read them (positioned reads
+//!   on a few threads, or collective MPI-IO; optionally staggered)
+//!   straight into the node's shared window; every rank then gets pointers
+//!   into that window. Nothing is copied after the read.
 //! * Every rank can compute every other rank's batches (see
 //!   [`crate::schedule`]), so planning needs no messages; one reduction per
 //!   round agrees on the round length and on errors.

@@ -400,7 +400,14 @@ impl Comm {
 /// waiter spinning inside MPI takes the core a reader needs whenever ranks
 /// outnumber cores, while yielding costs nothing when they do not.
 fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
-    let mut pacer = Pacer::new();
+    // Under MPI_THREAD_MULTIPLE every MPI_Test takes the library's lock; a
+    // rank yielding in a loop for milliseconds spent 30% of a core on it
+    // (perf, 2 ranks on 2 cores) while its reader needed the core. Waits
+    // for a round's read last milliseconds, so sleep early.
+    const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(200);
+    const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(20);
     loop {
         let mut done: c_int = 0;
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -412,38 +419,11 @@ fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<(
         if done != 0 {
             return Ok(());
         }
-        pacer.pause();
-    }
-}
-
-/// The pauses between tests of a request that is not complete yet: yield
-/// the core for the first 200 µs, then sleep with a growing pause (up to
-/// 500 µs).
-struct Pacer {
-    started: std::time::Instant,
-    pause: std::time::Duration,
-}
-
-impl Pacer {
-    fn new() -> Pacer {
-        Pacer {
-            started: std::time::Instant::now(),
-            pause: std::time::Duration::from_micros(20),
-        }
-    }
-
-    fn pause(&mut self) {
-        // Under MPI_THREAD_MULTIPLE every MPI_Test takes the library's
-        // lock; a rank yielding in a loop for milliseconds spent 30% of a
-        // core on it (perf, 2 ranks on 2 cores) while its reader needed the
-        // core. Waits for a round's read last milliseconds, so sleep early.
-        const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(200);
-        const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
-        if self.started.elapsed() < YIELD_FOR {
+        if started.elapsed() < YIELD_FOR {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(self.pause);
-            self.pause = (self.pause * 2).min(LONGEST_PAUSE);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(LONGEST_PAUSE);
         }
     }
 }

@@ -1,5 +1,5 @@
-//! MPI-IO: the data file, opened by each reader on its own or by the
-//! readers together.
+//! MPI-IO: the data file opened by the readers together, for collective
+//! reads (and the index read through the same handle).
 
 use std::ffi::{c_int, c_void, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -19,7 +19,7 @@ use crate::source::{IoCounters, IoSnapshot, ReadAt};
 const MAX_BLOCK: u64 = 1 << 30;
 
 /// Collective reads of at most this many stretches per reader are issued
-/// one call per stretch without a file view (see `start_read_runs`).
+/// one call per stretch without a file view (see `read_collectively`).
 const MAX_STRETCHES: i64 = 8;
 
 /// Runs merged where each starts at the previous one's end: `(file offset,
@@ -217,10 +217,10 @@ impl MpiFile {
 
     /// The calls of [`MpiFile::read_runs_collectively`]: reads `runs`
     /// (packed into `len` bytes at `buf`) before returning, recording each
-    /// completed call in `pending`.
+    /// completed call in `reads`.
     ///
     /// # Safety
-    /// As for `start_read_runs`.
+    /// As for `read_runs_collectively`.
     unsafe fn read_collectively(
         &self,
         runs: &[ReadRun],
@@ -252,9 +252,7 @@ impl MpiFile {
                 let (at, buf_at, n) = stretches.get(i).copied().unwrap_or((0, 0, 0));
                 // SAFETY: a stretch lies inside buf (runs sum to len).
                 let status = unsafe { self.read_at_all(at, buf.add(buf_at), n) }?;
-                if n > 0 {
-                    reads.completed(n, at, &status);
-                }
+                reads.completed(n, at, &status);
             }
             reads.file_requests = stretches.len() as u64;
             return Ok(());
@@ -282,7 +280,7 @@ impl MpiFile {
     ) -> Result<std::mem::MaybeUninit<ffi::MPI_Status>> {
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
         // SAFETY: forwarded from the caller; len fits an int (checked by
-        // start_read_runs).
+        // read_collectively).
         check(
             unsafe {
                 ffi::MPI_File_read_at_all(
