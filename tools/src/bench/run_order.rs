@@ -33,13 +33,11 @@ pub fn run_order(n: usize, rep: usize) -> Vec<usize> {
         })
         .collect();
     let r = rep % cycle_rows(n);
-    let row: Vec<usize> = first.iter().map(|&x| (x + r) % n).collect();
-    // For odd n the second half of the cycle runs the rows backwards,
-    // which supplies the successor pairs the first half lacks.
+    let mut row: Vec<usize> = first.iter().map(|&x| (x + r) % n).collect();
+    // For odd n the second half of the cycle runs the first half's rows
+    // backwards, which supplies the successor pairs the first half lacks.
     if r >= n {
-        let mut back: Vec<usize> = first.iter().map(|&x| (x + r - n) % n).collect();
-        back.reverse();
-        return back;
+        row.reverse();
     }
     row
 }
