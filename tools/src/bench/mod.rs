@@ -47,6 +47,14 @@ pub enum Method {
 }
 
 impl Method {
+    /// Whether the method runs lmdbio's engine.
+    fn uses_engine(self) -> bool {
+        matches!(
+            self,
+            Method::Lmdbio | Method::LmdbioShuffled | Method::LmdbioCollective
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Method::Lmdbio => "lmdbio",
@@ -76,7 +84,8 @@ pub struct Args {
     #[arg(short = 's', value_name = "NAME")]
     subdb: Option<String>,
     /// Run the whole list of methods N times, in an order that changes
-    /// each time so every method follows every other equally often, and report each method's median run (every run is kept in the
+    /// each time so every method follows every other equally often, and
+    /// report each method's median run (every run is kept in the
     /// JSON): on a shared machine one run of each says little.
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat: usize,
@@ -201,12 +210,7 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         args.methods.clone()
     };
     let ctx = report::Context::new(&world, args.ranks_per_node);
-    let uses_engine = methods.iter().any(|m| {
-        matches!(
-            m,
-            Method::Lmdbio | Method::LmdbioShuffled | Method::LmdbioCollective
-        )
-    });
+    let uses_engine = methods.iter().any(|m| m.uses_engine());
     let prepare_s = if uses_engine && !args.no_prepare {
         let started = std::time::Instant::now();
         lmdbio::engine::prepare(world.as_raw(), &engine_options(args)?)?;
@@ -248,18 +252,15 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         let progress = &mut progress;
         let trace_dir = trace_dir.as_deref();
         let m = match method {
-            Method::Lmdbio => {
-                let options = engine_options(args)?;
-                engine_method::run(args, options, &world, trace_dir, progress)?
-            }
-            Method::LmdbioShuffled => {
+            Method::Lmdbio | Method::LmdbioShuffled | Method::LmdbioCollective => {
                 let mut options = engine_options(args)?;
-                options.shuffle_seed = Some(args.shuffle.unwrap_or(1));
-                engine_method::run(args, options, &world, trace_dir, progress)?
-            }
-            Method::LmdbioCollective => {
-                let mut options = engine_options(args)?;
-                options.collective = true;
+                match method {
+                    Method::LmdbioShuffled => {
+                        options.shuffle_seed = Some(args.shuffle.unwrap_or(1));
+                    }
+                    Method::LmdbioCollective => options.collective = true,
+                    _ => {}
+                }
                 engine_method::run(args, options, &world, trace_dir, progress)?
             }
             Method::LmdbSkip => {
