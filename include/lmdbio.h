@@ -86,6 +86,8 @@ typedef struct lmdbio_counters {
    * communicators, 1 for the shared window; 0 when kept from an earlier
    * engine or made by lmdbio_prepare. */
   uint64_t setup_made;
+  /* of read_requests, those read around the page cache (direct I/O) */
+  uint64_t direct_read_requests;
 } lmdbio_counters;
 
 const char *lmdbio_last_error(void);
@@ -120,6 +122,16 @@ int lmdbio_options_set_collective(lmdbio_options *options, int collective);
 /* Threads each reader reads with, independent reads only (default 2): the
  * requests a reader keeps in flight. */
 int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
+/* Independent reads around the kernel's page cache (direct I/O, straight
+ * into the shared window). LMDBIO_DIRECT_IO_AUTO (default): a round is read
+ * directly when the file system supports it and the page cache holds less
+ * than half of the round (through the cache where the kernel cannot say,
+ * before Linux 6.5); ALWAYS: every round, and lmdbio_open fails where the
+ * file system cannot; NEVER: always through the page cache. */
+#define LMDBIO_DIRECT_IO_AUTO 0
+#define LMDBIO_DIRECT_IO_ALWAYS 1
+#define LMDBIO_DIRECT_IO_NEVER 2
+int lmdbio_options_set_direct_io(lmdbio_options *options, int when);
 /* Nonzero (default): read the next round into the other half of the window
  * while the ranks work on the current one (on helper threads; collective
  * reads only when MPI provides MPI_THREAD_MULTIPLE, else when the round

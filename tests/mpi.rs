@@ -227,6 +227,103 @@ fn empty_database_reads_nothing_and_ends() {
     assert!(got.is_empty());
 }
 
+/// Direct reads (around the page cache, runs widened to whole pages)
+/// deliver liblmdb's records in every read shape; `auto` reads directly
+/// only what the page cache does not hold; and where direct reads are
+/// impossible, asking for them fails clearly on every rank.
+#[test]
+fn direct_reads_deliver_the_same_records_and_follow_the_page_cache() {
+    let fx = kit::caffe_style(900, 5000, 92);
+    let path = fx.path.to_str().unwrap();
+    let data = std::fs::File::open(fx.data_file()).unwrap();
+    // Clean pages, so that --cold can drop them.
+    data.sync_all().unwrap();
+    let both = mpiexec(2, &["--direct-io", "always", "--collective", path]);
+    assert_every_rank_fails(&both, 2, "direct_io=always applies to independent reads");
+    if lmdbio::page_cache::direct_alignment(&data).is_none() {
+        let out = mpiexec(2, &["--direct-io", "always", path]);
+        assert_every_rank_fails(&out, 2, "does not support direct reads");
+        return;
+    }
+    let oracle = oracle_lines(&fx);
+    let variants: [&[&str]; 4] = [
+        &["--direct-io", "always"],
+        // Many small runs, each widened to its pages, split between two
+        // readers.
+        &[
+            "--direct-io",
+            "always",
+            "--partition",
+            "strided",
+            "--max-gap",
+            "0",
+            "--readers-per-node",
+            "2",
+        ],
+        &[
+            "--direct-io",
+            "always",
+            "--no-overlap",
+            "--read-streams",
+            "3",
+            "--coalesce",
+            "16384",
+        ],
+        &["--direct-io", "never", "--partition", "round-robin"],
+    ];
+    for v in variants {
+        let mut args = vec![
+            "--batch",
+            "5",
+            "--ranks-per-node",
+            "2",
+            "--window",
+            "2000000",
+        ];
+        args.extend_from_slice(v);
+        let got = run_and_trace(&fx, 5, &args);
+        assert!(got == oracle, "{v:?} differs from liblmdb");
+    }
+
+    // (direct requests, value requests) per node of one run.
+    let counts = |extra: &[&str]| {
+        let mut args = vec!["--ranks-per-node", "2", "--batch", "6"];
+        args.extend_from_slice(extra);
+        args.push(path);
+        let doc = bench_json(4, &args);
+        let run = &doc["runs"][0];
+        let f = |k: &str| run[k].as_f64().unwrap();
+        (
+            f("direct_read_requests_per_node"),
+            f("read_requests_per_node") - f("index_read_requests_per_node"),
+        )
+    };
+    let (direct, values) = counts(&["--direct-io", "always"]);
+    assert!(
+        values > 0.0 && direct == values,
+        "always: {direct} of {values}"
+    );
+    let (direct, _) = counts(&["--direct-io", "never", "--cold"]);
+    assert_eq!(direct, 0.0, "never");
+    // Auto: a file the cache holds is read through it ...
+    std::fs::read(fx.data_file()).unwrap();
+    let (direct, values) = counts(&[]);
+    assert!(
+        values > 0.0 && direct == 0.0,
+        "auto, cached: {direct} of {values}"
+    );
+    // ... and one it does not hold, around it, where the kernel can say.
+    let (direct, values) = counts(&["--cold"]);
+    if lmdbio::page_cache::cached_bytes(&data, 0, 4096).is_some() {
+        assert!(direct > 0.0, "auto, cold: {direct} of {values}");
+    } else {
+        assert_eq!(
+            direct, 0.0,
+            "auto without cachestat reads through the cache"
+        );
+    }
+}
+
 fn bytes_read_per_node(fx: &kit::Fixture, extra: &[&str]) -> f64 {
     let mut args = vec!["--ranks-per-node", "2", "--batch", "8"];
     args.extend_from_slice(extra);

@@ -167,6 +167,16 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
   if (env_count("LMDBIO_CAFFE_COLLECTIVE") > 0) {
     CHECK_EQ(lmdbio_options_set_collective(options, 1), LMDBIO_OK) << lmdbio_last_error();
   }
+  const char* direct_io = std::getenv("LMDBIO_CAFFE_DIRECT_IO");
+  if (direct_io != nullptr && *direct_io != '\0') {
+    const std::string when(direct_io);
+    const int mode = when == "auto"     ? LMDBIO_DIRECT_IO_AUTO
+                     : when == "always" ? LMDBIO_DIRECT_IO_ALWAYS
+                     : when == "never"  ? LMDBIO_DIRECT_IO_NEVER
+                                        : -1;
+    CHECK_NE(mode, -1) << "LMDBIO_CAFFE_DIRECT_IO must be auto, always or never, got \"" << when << "\"";
+    CHECK_EQ(lmdbio_options_set_direct_io(options, mode), LMDBIO_OK) << lmdbio_last_error();
+  }
   // Collective: every rank constructs its nets' layers in the same order.
   const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
   lmdbio_options_free(options);

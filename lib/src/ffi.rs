@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use crate::cursor::{Cursor, JobCursor};
-use crate::engine::{Counters, Engine, EngineOptions};
+use crate::engine::{Counters, DirectIo, Engine, EngineOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::RawComm;
 use crate::schedule::{Partition, Tail};
@@ -109,6 +109,7 @@ pub struct lmdbio_counters {
     pub io_seconds: f64,
     pub wait_seconds: f64,
     pub setup_made: u64,
+    pub direct_read_requests: u64,
 }
 
 impl From<Counters> for lmdbio_counters {
@@ -124,6 +125,7 @@ impl From<Counters> for lmdbio_counters {
             io_seconds: c.io_seconds,
             wait_seconds: c.wait_seconds,
             setup_made: c.setup_made,
+            direct_read_requests: c.direct_read_requests,
         }
     }
 }
@@ -205,6 +207,7 @@ option_setter!(lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger
 option_setter!(lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
 option_setter!(lmdbio_options_set_read_streams, streams: usize, |o| o.read_streams =
     positive(streams, "read streams")?);
+option_setter!(lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
 option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
 
 fn partition_from(mode: c_int) -> Result<Partition> {
@@ -214,6 +217,17 @@ fn partition_from(mode: c_int) -> Result<Partition> {
         2 => Ok(Partition::Strided),
         _ => Err(Error::InvalidArgument(format!(
             "unknown partition mode {mode}"
+        ))),
+    }
+}
+
+fn direct_io_from(when: c_int) -> Result<DirectIo> {
+    match when {
+        0 => Ok(DirectIo::Auto),
+        1 => Ok(DirectIo::Always),
+        2 => Ok(DirectIo::Never),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown direct I/O setting {when}"
         ))),
     }
 }

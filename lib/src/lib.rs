@@ -64,6 +64,7 @@ pub mod index;
 pub mod layout;
 pub mod mpi_raw;
 pub mod order;
+pub mod page_cache;
 pub mod plan;
 pub mod resume;
 pub mod schedule;

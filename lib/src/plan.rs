@@ -76,6 +76,25 @@ impl ReadPlan {
 
     /// Plans the reads for arbitrary `(file offset, length)` spans.
     pub fn for_spans(spans: &[(u64, u64)], options: CoalesceOptions) -> ReadPlan {
+        ReadPlan::for_spans_aligned(spans, options, 1)
+    }
+
+    /// Like [`ReadPlan::for_spans`], with every run widened to whole
+    /// `granule`s of the file (a power of two): runs start at a multiple
+    /// of it, are whole multiples of it long, and so land at multiples of
+    /// it in the buffer, which is what direct reads need. A span's bytes
+    /// sit at the same place relative to its run either way.
+    pub fn for_spans_aligned(
+        spans: &[(u64, u64)],
+        options: CoalesceOptions,
+        granule: u64,
+    ) -> ReadPlan {
+        let granule = granule.max(1);
+        let widen = |(offset, len): (u64, u64)| {
+            let start = offset - offset % granule;
+            let end = (offset + len).div_ceil(granule) * granule;
+            (start, end)
+        };
         let mut order: Vec<usize> = (0..spans.len()).collect();
         order.sort_unstable_by_key(|&i| spans[i].0);
         let mut plan = ReadPlan {
@@ -92,9 +111,9 @@ impl ReadPlan {
         let mut current: Option<ReadRun> = None;
         for i in order {
             let (offset, len) = spans[i];
-            let end = offset + len;
+            let (start, end) = widen(spans[i]);
             let run = match current.as_mut() {
-                Some(run) if fits(run, offset, end, options) => {
+                Some(run) if fits(run, start, end, options) => {
                     run.len = run.len.max(end - run.file_offset);
                     run
                 }
@@ -108,15 +127,15 @@ impl ReadPlan {
                             let done_end = done.file_offset + done.len;
                             plan.buffer_len += done.len;
                             plan.runs.push(done);
-                            let bridged =
-                                offset >= done_end && offset - done_end <= options.max_gap;
-                            if bridged {
+                            // `fits` took every span starting inside the
+                            // run, so start >= done_end here.
+                            if start - done_end <= options.max_gap {
                                 done_end
                             } else {
-                                offset
+                                start
                             }
                         }
-                        None => offset,
+                        None => start,
                     };
                     current.insert(ReadRun {
                         file_offset: start,
@@ -138,16 +157,18 @@ impl ReadPlan {
     }
 }
 
-fn fits(run: &ReadRun, offset: u64, end: u64, options: CoalesceOptions) -> bool {
+fn fits(run: &ReadRun, start: u64, end: u64, options: CoalesceOptions) -> bool {
     let run_end = run.file_offset + run.len;
-    // Bytes already in the run are never read twice, whatever the target.
-    if end <= run_end {
+    // Bytes already in the run are never read twice, whatever the target:
+    // a span that starts inside the run (overlapping spans, or neighbours
+    // sharing a granule) extends it.
+    if start < run_end || end <= run_end {
         return true;
     }
     // Filling up to (not capping at) the target keeps the request count at
     // bytes / target whatever the span size: with a cap, 196 KB images and
     // a 1 MiB target would make runs of five images, 6% more requests.
-    offset <= run_end.saturating_add(options.max_gap) && run.len < options.target
+    start <= run_end.saturating_add(options.max_gap) && run.len < options.target
 }
 
 #[cfg(test)]
@@ -225,6 +246,54 @@ mod tests {
                 .unwrap();
             assert_eq!(run.file_offset + (p.buf_offset - run.buf_offset), offset);
             assert!(p.buf_offset + len <= run.buf_offset + run.len);
+        }
+    }
+
+    #[test]
+    fn aligned_runs_cover_whole_granules_once_and_keep_every_span_in_place() {
+        // Values inline and on overflow pages: spans of every size, some
+        // sharing a page, some far apart, requested out of order.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut spans: Vec<(u64, u64)> = (0..400)
+            .map(|_| (next(4 << 20), 1 + next(20_000)))
+            .collect();
+        spans.push((4096 * 7, 4096)); // exactly one page
+        spans.push((4096 * 7 + 100, 10)); // inside it
+        let opts = CoalesceOptions {
+            target: 256 << 10,
+            max_gap: 8 << 10,
+        };
+        for granule in [1u64, 512, 4096] {
+            let plan = ReadPlan::for_spans_aligned(&spans, opts, granule);
+            let mut end = 0;
+            for r in &plan.runs {
+                assert_eq!(r.file_offset % granule, 0, "{r:?}");
+                assert_eq!(r.len % granule, 0, "{r:?}");
+                assert_eq!(r.buf_offset % granule, 0, "{r:?}");
+                assert!(r.file_offset >= end, "runs overlap at {r:?}");
+                end = r.file_offset + r.len;
+            }
+            assert_eq!(
+                plan.buffer_len,
+                plan.runs.iter().map(|r| r.len).sum::<u64>()
+            );
+            for (i, &(offset, len)) in spans.iter().enumerate() {
+                let p = plan.placements[i];
+                let run = plan
+                    .runs
+                    .iter()
+                    .find(|r| p.buf_offset >= r.buf_offset && p.buf_offset < r.buf_offset + r.len)
+                    .unwrap();
+                assert_eq!(run.file_offset + (p.buf_offset - run.buf_offset), offset);
+                assert!(p.buf_offset + len <= run.buf_offset + run.len);
+                assert_eq!(p.len, len);
+            }
         }
     }
 }

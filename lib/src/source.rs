@@ -96,6 +96,32 @@ impl FileSource {
     }
 }
 
+impl FileSource {
+    /// What direct reads of this file need, if its file system allows
+    /// them (see [`crate::page_cache`]).
+    pub fn direct_alignment(&self) -> Option<crate::page_cache::DirectAlignment> {
+        crate::page_cache::direct_alignment(&self.file)
+    }
+
+    /// Switches direct reads on or off for every thread reading this
+    /// source; no read of the other kind may be in flight meanwhile.
+    pub fn set_direct(&self, on: bool) -> Result<()> {
+        crate::page_cache::set_direct(&self.file, on).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "{}: cannot switch direct reads {}: {e}",
+                self.path.display(),
+                if on { "on" } else { "off" }
+            ))
+        })
+    }
+
+    /// Bytes of `[offset, offset + len)` in the page cache, if the kernel
+    /// can say.
+    pub fn cached_bytes(&self, offset: u64, len: u64) -> Option<u64> {
+        crate::page_cache::cached_bytes(&self.file, offset, len)
+    }
+}
+
 impl ReadAt for FileSource {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let end = offset.saturating_add(buf.len() as u64);

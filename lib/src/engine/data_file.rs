@@ -10,23 +10,64 @@
 //!   one-request-per-descriptor AIO queue allow one request at a time
 //!   (docs/PERFORMANCE.md). For a regular file ROMIO's independent read is
 //!   itself a `pread` loop, so no file system support is lost.
+//!   Rounds the page cache does not hold are read around it (direct I/O)
+//!   where the file system allows, straight into the window; see
+//!   [`DirectIo`] and [`crate::page_cache`].
 //! * Collective reads: the readers open the file together with MPI-IO and
 //!   read with `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes
 //!   when its hints enable collective buffering.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
+use crate::page_cache::DirectAlignment;
 use crate::plan::ReadRun;
 use crate::source::{FileSource, IoSnapshot, ReadAt};
 
+/// Whether independent reads go around the kernel's page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirectIo {
+    /// Read a round directly when the file system supports it and the page
+    /// cache holds less than half of the round's bytes; through the cache
+    /// otherwise (a file read recently, or a kernel that cannot say what
+    /// it holds: `cachestat` is Linux 6.5+).
+    #[default]
+    Auto,
+    /// Read every round directly; opening fails where the file system
+    /// does not support it.
+    Always,
+    /// Always read through the page cache.
+    Never,
+}
+
+/// What one call to [`DataFile::read_runs`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RunsRead {
+    pub requests: u64,
+    /// Of those, read around the page cache.
+    pub direct_requests: u64,
+}
+
 pub(crate) enum DataFile {
     /// A descriptor of this reader's own (independent reads).
-    Own(FileSource),
+    Own(OwnFile),
     /// One MPI-IO handle shared by the readers (collective reads).
     Shared(MpiFile),
+}
+
+/// A reader's own descriptor and what it may do around the page cache.
+pub(crate) struct OwnFile {
+    source: FileSource,
+    mode: DirectIo,
+    /// The file system's requirements, when direct reads are wanted and
+    /// possible.
+    direct: Option<DirectAlignment>,
+    /// Set after a direct read was refused (`EINVAL`) although the file
+    /// system claimed support: the rest is read through the cache.
+    direct_refused: AtomicBool,
 }
 
 impl DataFile {
@@ -36,42 +77,153 @@ impl DataFile {
         if options.collective {
             let comm = Comm::dup(readers.raw())?;
             let hints = super::effective_hints(&options.hints);
-            Ok(DataFile::Shared(MpiFile::open(comm, path, &hints)?))
-        } else {
-            Ok(DataFile::Own(FileSource::open(path)?))
+            return Ok(DataFile::Shared(MpiFile::open(comm, path, &hints)?));
         }
+        let source = FileSource::open(path)?;
+        let direct = match options.direct_io {
+            DirectIo::Never => None,
+            DirectIo::Auto | DirectIo::Always => source.direct_alignment(),
+        };
+        if options.direct_io == DirectIo::Always && direct.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: direct I/O was asked for (always), but the file system does not support direct reads of this file (statx reports no direct-I/O alignment)",
+                path.display()
+            )));
+        }
+        Ok(DataFile::Own(OwnFile {
+            source,
+            mode: options.direct_io,
+            direct,
+            direct_refused: AtomicBool::new(false),
+        }))
     }
 
     pub(crate) fn path(&self) -> &Path {
         match self {
-            DataFile::Own(f) => f.path(),
+            DataFile::Own(f) => f.source.path(),
             DataFile::Shared(f) => f.path(),
         }
     }
 
-    /// Reads `runs` (packed back to back into `dest`) and returns the
-    /// number of requests made: on `streams` threads for a file of the
-    /// reader's own; collectively (every reader calls this the same number
-    /// of times) for a shared one.
+    /// The granule (in bytes) this reader's rounds should be planned in
+    /// for direct reads of a database with `page_size`-byte pages: the
+    /// page size when direct reads of whole pages are possible, else 1.
+    /// `Err` when direct reads were required and pages do not allow them.
+    pub(crate) fn direct_granule(&self, page_size: u64) -> Result<u64> {
+        let DataFile::Own(own) = self else {
+            return Ok(1);
+        };
+        let whole_pages = page_size > 0 && own.source.len() % page_size == 0;
+        match own.direct {
+            Some(a) if a.divides(page_size) && whole_pages => Ok(page_size),
+            Some(a) if own.mode == DirectIo::Always => Err(Error::InvalidArgument(format!(
+                "{}: direct I/O was asked for (always), but its requirements ({} bytes of file, {} of memory) do not fit the database's {page_size}-byte pages in a {}-byte file",
+                own.source.path().display(),
+                a.offset,
+                a.memory,
+                own.source.len()
+            ))),
+            _ => Ok(1),
+        }
+    }
+
+    /// Reads `runs` (packed back to back into `dest`): on `streams` threads
+    /// for a file of the reader's own, directly or through the page cache
+    /// (see [`DirectIo`]); collectively (every reader calls this the same
+    /// number of times) for a shared one.
     pub(crate) fn read_runs(
         &self,
         runs: &[ReadRun],
         dest: WindowRange,
         streams: usize,
-    ) -> Result<u64> {
+    ) -> Result<RunsRead> {
         match self {
-            DataFile::Own(f) => read_on_streams(f, runs, dest, streams),
+            DataFile::Own(f) => f.read_runs(runs, dest, streams),
             // SAFETY: dest is valid for its length and untouched by anyone
             // else until this returns (WindowRange::new's contract).
-            DataFile::Shared(f) => unsafe { f.read_runs_collectively(runs, dest.ptr, dest.len) },
+            DataFile::Shared(f) => unsafe { f.read_runs_collectively(runs, dest.ptr, dest.len) }
+                .map(|requests| RunsRead {
+                    requests,
+                    direct_requests: 0,
+                }),
         }
     }
 
     /// Positioned reads of the tree's pages while the index is built.
     pub(crate) fn source(&self) -> DataSource<'_> {
         match self {
-            DataFile::Own(f) => DataSource::Own(f),
+            DataFile::Own(f) => DataSource::Own(&f.source),
             DataFile::Shared(f) => DataSource::Shared(MpiFileSource::new(f)),
+        }
+    }
+}
+
+impl OwnFile {
+    fn read_runs(&self, runs: &[ReadRun], dest: WindowRange, streams: usize) -> Result<RunsRead> {
+        let requests = runs.len() as u64;
+        if !self.wants_direct(runs, dest)? {
+            self.source.set_direct(false)?;
+            read_on_streams(&self.source, runs, dest, streams)?;
+            return Ok(RunsRead {
+                requests,
+                direct_requests: 0,
+            });
+        }
+        self.source.set_direct(true)?;
+        match read_on_streams(&self.source, runs, dest, streams) {
+            Ok(()) => Ok(RunsRead {
+                requests,
+                direct_requests: requests,
+            }),
+            Err(Error::Io { source, .. })
+                if source.raw_os_error() == Some(libc::EINVAL) && self.mode == DirectIo::Auto =>
+            {
+                // The file system claimed support it does not have (some
+                // network file systems): read this and every later round
+                // through the cache.
+                self.direct_refused.store(true, Ordering::Relaxed);
+                self.source.set_direct(false)?;
+                read_on_streams(&self.source, runs, dest, streams)?;
+                Ok(RunsRead {
+                    requests: 2 * requests,
+                    direct_requests: 0,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether to read `runs` into `dest` around the page cache.
+    fn wants_direct(&self, runs: &[ReadRun], dest: WindowRange) -> Result<bool> {
+        let Some(align) = self.direct else {
+            return Ok(false);
+        };
+        if self.direct_refused.load(Ordering::Relaxed) || runs.is_empty() {
+            return Ok(false);
+        }
+        let aligned = dest.ptr as u64 % align.memory == 0
+            && runs.iter().all(|r| {
+                r.file_offset % align.offset == 0
+                    && r.len % align.offset == 0
+                    && r.buf_offset % align.memory == 0
+            });
+        match (self.mode, aligned) {
+            (DirectIo::Always, false) => Err(Error::Internal(
+                "a round planned for direct reads is not aligned for them".into(),
+            )),
+            (DirectIo::Always, true) => Ok(true),
+            (_, false) => Ok(false),
+            (_, true) => {
+                let total: u64 = runs.iter().map(|r| r.len).sum();
+                let cached = runs.iter().try_fold(0u64, |sum, r| {
+                    self.source
+                        .cached_bytes(r.file_offset, r.len)
+                        .map(|c| sum + c.min(r.len))
+                });
+                // Without a way to tell, trust the cache: a file it holds
+                // would be read from storage again.
+                Ok(cached.is_some_and(|c| c * 2 < total))
+            }
         }
     }
 }
@@ -147,14 +299,14 @@ impl WindowRange {
 }
 
 /// Reads `runs` (packed back to back into `dest`) with `streams` threads,
-/// each taking a contiguous share of about equal bytes, and returns the
-/// number of requests made.
+/// each taking a contiguous share of about equal bytes; one request per
+/// run.
 fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
     dest: WindowRange,
     streams: usize,
-) -> Result<u64> {
+) -> Result<()> {
     let total: u64 = runs.iter().map(|r| r.len).sum();
     if total != dest.len as u64 {
         return Err(Error::Internal(
@@ -190,7 +342,7 @@ fn read_on_streams(
         results
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(runs.len() as u64)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -238,7 +390,7 @@ mod tests {
             let mut buf = vec![0u8; total];
             // SAFETY: buf is ours and outlives the call.
             let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
-            assert_eq!(read_on_streams(&file, &runs, dest, streams).unwrap(), 5);
+            read_on_streams(&file, &runs, dest, streams).unwrap();
             let mut at = 0;
             for &(offset, len) in &spans {
                 for i in 0..len as usize {
@@ -251,6 +403,81 @@ mod tests {
                 at += len as usize;
             }
         }
+        std::fs::remove_file(path).unwrap();
+    }
+
+    fn own(path: &std::path::Path, mode: DirectIo) -> OwnFile {
+        let source = FileSource::open(path).unwrap();
+        let direct = (mode != DirectIo::Never)
+            .then(|| source.direct_alignment())
+            .flatten();
+        OwnFile {
+            source,
+            mode,
+            direct,
+            direct_refused: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn direct_rounds_deliver_the_same_bytes_and_auto_follows_the_page_cache() {
+        let path = scratch_file("direct", 1 << 20);
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        let always = own(&path, DirectIo::Always);
+        if always.direct.is_none() {
+            std::fs::remove_file(path).unwrap();
+            return; // checked by the MPI tests: refused at open
+        }
+        // Whole pages, out of file order, as an aligned plan makes them.
+        let spans = [(8192, 4096), (0, 4096), (65536, 12288), (1 << 19, 4096)];
+        let runs = runs(&spans);
+        let total: usize = spans.iter().map(|s| s.1 as usize).sum();
+        let mut storage = vec![0u8; total + 4096];
+        let skip = storage.as_ptr().align_offset(4096);
+        let check = |buf: &[u8]| {
+            let mut at = 0;
+            for &(offset, len) in &spans {
+                for i in 0..len as usize {
+                    assert_eq!(buf[at + i], ((offset as usize + i) * 7 % 251) as u8);
+                }
+                at += len as usize;
+            }
+        };
+        let read = |file: &OwnFile, storage: &mut Vec<u8>| {
+            storage.fill(0);
+            let buf = &mut storage[skip..skip + total];
+            // SAFETY: buf is ours and outlives the call.
+            let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+            let done = file.read_runs(&runs, dest, 2).unwrap();
+            check(&storage[skip..skip + total]);
+            done
+        };
+        assert_eq!(read(&always, &mut storage).direct_requests, 4);
+        let never = own(&path, DirectIo::Never);
+        assert_eq!(read(&never, &mut storage).direct_requests, 0);
+        // Never left the pages cached: auto reads through the cache ...
+        let auto = own(&path, DirectIo::Auto);
+        assert_eq!(read(&auto, &mut storage).direct_requests, 0);
+        // ... until they are dropped (where the kernel can say).
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: advice on a descriptor we own.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let expect = if auto.source.cached_bytes(0, 4096).is_some() {
+            4
+        } else {
+            0
+        };
+        assert_eq!(read(&auto, &mut storage).direct_requests, expect);
+        // An unaligned destination: auto falls back, always refuses.
+        let buf = &mut storage[skip + 1..skip + 1 + total];
+        // SAFETY: buf is ours and outlives the calls.
+        let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+        assert_eq!(auto.read_runs(&runs, dest, 2).unwrap().direct_requests, 0);
+        assert!(matches!(
+            always.read_runs(&runs, dest, 2),
+            Err(Error::Internal(_))
+        ));
         std::fs::remove_file(path).unwrap();
     }
 

@@ -25,6 +25,10 @@ pub(crate) struct ScannedIndex<'f> {
     pub txnid: u64,
     /// The longest span a record's value covers in the file.
     pub largest_span: u64,
+    /// Granule to plan reads in (bytes; see `DataFile::direct_granule`):
+    /// the largest any master's reader asked for, so every node plans
+    /// alike; a reader that cannot read directly just reads whole pages.
+    pub plan_granule: u64,
 }
 
 /// What a master holds after opening the tree: the database, the tree,
@@ -52,9 +56,12 @@ pub(crate) fn scan<'f>(
     let state = agree_ok(world, local(|| parse_share(masters, opened)))?;
 
     // Phase 3: sizes to everyone.
-    let mut sizes = [0i64; 5];
+    let mut sizes = [0i64; 6];
     let mut counts = Vec::new();
-    if let (Some(m), Some(state)) = (masters, &state) {
+    if let (Some(m), Some(state), Some(file)) = (masters, &state, file) {
+        let granule = file
+            .direct_granule(state.db.page_size() as u64)
+            .unwrap_or(1);
         let largest = state
             .part
             .entries
@@ -66,9 +73,10 @@ pub(crate) fn scan<'f>(
             state.part.entries.len() as i64,
             state.part.keys.len() as i64,
             largest as i64,
+            granule as i64,
         ])?;
         counts = all
-            .chunks(3)
+            .chunks(4)
             .map(|c| (c[0] as u64, c[1] as u64))
             .collect::<Vec<_>>();
         sizes = [
@@ -76,7 +84,8 @@ pub(crate) fn scan<'f>(
             counts.iter().map(|c| c.1).sum::<u64>() as i64,
             state.db.page_size() as i64,
             state.db.meta().mm_txnid as i64,
-            all.chunks(3).map(|c| c[2]).max().unwrap_or(0),
+            all.chunks(4).map(|c| c[2]).max().unwrap_or(0),
+            all.chunks(4).map(|c| c[3]).max().unwrap_or(1),
         ];
     }
     // World rank 0 is node rank 0 of its node, hence a master.
@@ -89,6 +98,7 @@ pub(crate) fn scan<'f>(
         page_size: sizes[2] as u32,
         txnid: sizes[3] as u64,
         largest_span: sizes[4] as u64,
+        plan_granule: (sizes[5] as u64).max(1),
     })
 }
 
@@ -124,6 +134,9 @@ fn open_tree<'f>(
         return Ok(None);
     };
     let db = Database::from_source(file.source())?;
+    // Refuses here, agreed by every rank, a file that direct reads were
+    // required for but cannot serve.
+    file.direct_granule(db.page_size() as u64)?;
     let tree = db.tree(subdb)?;
     let pages = if m.rank() == 0 {
         Some(walk_tree(&db, &tree, IndexOptions::default().chunk_pages)?)

@@ -34,7 +34,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use agree::{agree, agree_ok, agree_resource};
-use data_file::{DataFile, WindowRange};
+pub use data_file::DirectIo;
+use data_file::{DataFile, RunsRead, WindowRange};
 use node_memory::NodeMemory;
 pub use topology::prepare;
 use topology::NodeTopology;
@@ -86,6 +87,9 @@ pub struct EngineOptions {
     /// Threads each reader reads with (independent reads): requests in
     /// flight at once per reader.
     pub read_streams: usize,
+    /// Whether independent reads go around the page cache (see
+    /// [`DirectIo`]; collective reads leave it to MPI-IO).
+    pub direct_io: DirectIo,
     /// MPI-IO hints passed at open, on top of [`DEFAULT_HINTS`] (a key
     /// given here replaces the default).
     pub hints: Vec<(String, String)>,
@@ -131,6 +135,7 @@ impl Default for EngineOptions {
             stagger: None,
             collective: false,
             read_streams: DEFAULT_READ_STREAMS,
+            direct_io: DirectIo::Auto,
             hints: Vec::new(),
             overlap: true,
             step_limit: None,
@@ -161,6 +166,15 @@ pub struct Counters {
     /// communicators, 1 for the shared window; 0 when both were kept from
     /// an earlier engine or made by [`prepare`].
     pub setup_made: u64,
+    /// Of `read_requests`, those read around the page cache (direct I/O).
+    pub direct_read_requests: u64,
+}
+
+impl Counters {
+    fn add_runs_read(&mut self, n: RunsRead) {
+        self.read_requests += n.requests;
+        self.direct_read_requests += n.direct_requests;
+    }
 }
 
 /// One record of a batch: where its key and value are, which record it is.
@@ -250,21 +264,21 @@ struct PendingRound {
 /// This reader's outstanding read of a round.
 enum InFlight {
     /// A read that completed when it was started.
-    Done(Option<Result<u64>>),
+    Done(Option<Result<RunsRead>>),
     /// Reads on a helper thread (independent reads, or a blocking
     /// collective read); joined on drop, so the window it writes outlives
     /// it.
-    Thread(Option<JoinHandle<Result<u64>>>),
+    Thread(Option<JoinHandle<Result<RunsRead>>>),
 }
 
 impl InFlight {
-    fn wait(mut self) -> Result<u64> {
+    fn wait(mut self) -> Result<RunsRead> {
         match &mut self {
-            InFlight::Done(result) => result.take().unwrap_or(Ok(0)),
+            InFlight::Done(result) => result.take().unwrap_or(Ok(RunsRead::default())),
             InFlight::Thread(handle) => match handle.take().map(JoinHandle::join) {
                 Some(Ok(result)) => result,
                 Some(Err(_)) => Err(Error::Internal("the read thread panicked".into())),
-                None => Ok(0),
+                None => Ok(RunsRead::default()),
             },
         }
     }
@@ -346,6 +360,9 @@ pub struct Engine {
     last_epoch: u64,
     counters: Counters,
     rounds_started: u64,
+    /// Runs are planned in whole granules of this many bytes (the page
+    /// size where readers read around the page cache, else 1).
+    plan_granule: u64,
     failed: Option<String>,
 }
 
@@ -373,6 +390,7 @@ struct Opened {
     schedule: JobSchedule,
     order: EpochOrder,
     step: u64,
+    plan_granule: u64,
 }
 
 /// The schedule, epoch order and step to start from, agreed by all ranks.
@@ -490,6 +508,7 @@ impl Engine {
             batch: Vec::new(),
             last_epoch: 0,
             rounds_started: 0,
+            plan_granule: opened.plan_granule,
             failed: None,
         })
     }
@@ -521,7 +540,13 @@ impl Engine {
             file.as_deref(),
             options.subdb.as_deref(),
         )?;
-        let data_len = window_size(options, topology.node.size(), scanned.largest_span);
+        // A record's run may take up to a granule more on each side.
+        let plan_granule = scanned.plan_granule;
+        let widest = match plan_granule {
+            1 => scanned.largest_span,
+            g => scanned.largest_span.saturating_add(2 * g),
+        };
+        let data_len = window_size(options, topology.node.size(), widest);
         let (records, key_bytes) = (scanned.records, scanned.key_bytes);
         let (_, need) = node_memory::layout(records, key_bytes, data_len)?;
         let window_made = topology.ensure_window(world, need)?;
@@ -551,6 +576,7 @@ impl Engine {
                 schedule,
                 order,
                 step,
+                plan_granule,
             }),
             Err(e) => {
                 topology.window = Some(memory.into_window());
@@ -661,6 +687,7 @@ impl Engine {
             c.records_delivered,
             (c.io_seconds * 1e6) as u64,
             (c.wait_seconds * 1e6) as u64,
+            c.direct_read_requests,
         ]
         .map(|v| v as i64);
         held(&self.parts)
@@ -679,6 +706,7 @@ impl Engine {
             io_seconds: ints[7] as f64 / 1e6,
             wait_seconds: ints[8] as f64 / 1e6,
             setup_made: c.setup_made,
+            direct_read_requests: ints[9] as u64,
         })
     }
 
@@ -776,7 +804,7 @@ impl Engine {
     /// Spans and plan of the round of `k` steps starting at `first`.
     fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
         let (spans, owners) = self.round_spans(first, k);
-        let plan = ReadPlan::for_spans(&spans, self.options.coalesce);
+        let plan = ReadPlan::for_spans_aligned(&spans, self.options.coalesce, self.plan_granule);
         PlannedRound {
             steps: k,
             owners,
@@ -841,7 +869,9 @@ impl Engine {
     fn round_area(&self, n: u64) -> (u64, u64) {
         let len = held(&self.parts).memory.data_len() as u64;
         if self.options.overlap {
-            (len / 2, (n % 2) * (len / 2))
+            // Halves start at a whole granule, as direct reads need.
+            let half = len / 2 / self.plan_granule * self.plan_granule;
+            (half, (n % 2) * half)
         } else {
             (len, 0)
         }
@@ -976,11 +1006,11 @@ impl Engine {
             let done = if mine || !own {
                 file.read_runs(runs_now, dest_now, streams)
             } else {
-                Ok(0)
+                Ok(RunsRead::default())
             };
             match done {
                 Ok(n) if mine => {
-                    self.counters.read_requests += n;
+                    self.counters.add_runs_read(n);
                     self.counters.bytes_read += len as u64;
                 }
                 Ok(_) => {}
@@ -1001,7 +1031,7 @@ impl Engine {
         if let Some(read) = pending.read.take() {
             match read.wait() {
                 Ok(n) => {
-                    self.counters.read_requests += n;
+                    self.counters.add_runs_read(n);
                     self.counters.bytes_read += pending.range.1 - pending.range.0;
                 }
                 Err(e) => {
@@ -1168,6 +1198,9 @@ fn check_options(o: &EngineOptions) -> Result<()> {
     }
     if o.read_streams == 0 {
         return bad("read_streams must be at least 1");
+    }
+    if o.collective && o.direct_io == DirectIo::Always {
+        return bad("direct_io=always applies to independent reads; collective reads leave the page cache to MPI-IO");
     }
     if o.window_bytes == 0 {
         return bad("window_bytes must be positive");

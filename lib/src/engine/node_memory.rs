@@ -2,8 +2,10 @@
 //! copy per node, written by the node's first rank, read in place by every
 //! rank) followed by the value area that rounds are read into.
 //!
-//! Layout: `records` entries (24 bytes each), the keys, padding to a page,
-//! then `data_len` bytes of values.
+//! Layout: `records` entries (24 bytes each), the keys, padding to a page
+//! of memory (not just of the window: direct reads land there, and they
+//! need aligned memory; a window of a one-rank node may be plain heap
+//! memory that starts anywhere), then `data_len` bytes of values.
 
 use crate::error::{Error, Result};
 use crate::index::RecordEntry;
@@ -13,7 +15,10 @@ const ENTRY: usize = std::mem::size_of::<RecordEntry>();
 const PAGE: usize = 4096;
 
 /// Bytes of window an index of `records` entries and `key_bytes` of keys
-/// followed by `data_len` bytes of values needs, and where the values start.
+/// followed by `data_len` bytes of values needs, and the earliest offset
+/// the values can start at (they start at the first page boundary of
+/// memory from there: see [`value_area_offset`]; the size has room for
+/// it).
 pub fn layout(records: usize, key_bytes: usize, data_len: usize) -> Result<(usize, usize)> {
     let overflow = || Error::ResourceLimit("the index and value area overflow".into());
     let index = records
@@ -24,8 +29,19 @@ pub fn layout(records: usize, key_bytes: usize, data_len: usize) -> Result<(usiz
         .div_ceil(PAGE)
         .checked_mul(PAGE)
         .ok_or_else(overflow)?;
-    let total = data_offset.checked_add(data_len).ok_or_else(overflow)?;
+    let total = data_offset
+        .checked_add(PAGE)
+        .and_then(|n| n.checked_add(data_len))
+        .ok_or_else(overflow)?;
     Ok((data_offset, total))
+}
+
+/// Where in a window starting at address `base` the values start: the
+/// first page boundary of memory at or after `earliest`. Every rank gets
+/// the same offset, since a shared mapping starts on a page and so a
+/// byte's place within its page is the same in every process.
+fn value_area_offset(base: usize, earliest: usize) -> usize {
+    earliest + (PAGE - (base + earliest) % PAGE) % PAGE
 }
 
 pub struct NodeMemory {
@@ -45,8 +61,9 @@ impl NodeMemory {
         key_bytes: usize,
         data_len: usize,
     ) -> Result<NodeMemory> {
-        let (data_offset, total) = layout(records, key_bytes, data_len)?;
-        if window.len() < total {
+        let (earliest, total) = layout(records, key_bytes, data_len)?;
+        let data_offset = value_area_offset(window.as_ptr() as usize, earliest);
+        if window.len() < total || data_offset + data_len > window.len() {
             return Err(Error::Internal(format!(
                 "a {}-byte window cannot hold {total} bytes of index and values",
                 window.len()
@@ -156,10 +173,22 @@ mod tests {
 
     #[test]
     fn values_start_on_a_page_after_the_index() {
-        assert_eq!(layout(0, 0, 10).unwrap(), (0, 10));
-        assert_eq!(layout(1, 1, 10).unwrap(), (4096, 4106));
-        assert_eq!(layout(170, 16, 0).unwrap(), (4096, 4096));
-        assert_eq!(layout(171, 0, 1).unwrap(), (8192, 8193));
+        // A page of room for placing the values on a page of memory.
+        assert_eq!(layout(0, 0, 10).unwrap(), (0, 4106));
+        assert_eq!(layout(1, 1, 10).unwrap(), (4096, 8202));
+        assert_eq!(layout(170, 16, 0).unwrap(), (4096, 8192));
+        assert_eq!(layout(171, 0, 1).unwrap(), (8192, 12289));
         assert!(layout(usize::MAX / 8, 0, 0).is_err());
+    }
+
+    #[test]
+    fn values_start_on_a_page_of_memory_within_the_room_left() {
+        for base in [0usize, 16, 4080, 4096, 1 << 30, (1 << 30) + 48] {
+            for earliest in [0usize, 4096, 8192] {
+                let at = value_area_offset(base, earliest);
+                assert_eq!((base + at) % PAGE, 0, "base {base} earliest {earliest}");
+                assert!(at >= earliest && at < earliest + PAGE);
+            }
+        }
     }
 }

@@ -105,6 +105,7 @@ pub fn run(
     m.read_requests = c.read_requests;
     m.file_opens = c.file_opens;
     m.index_read_requests = c.index_read_requests;
+    m.direct_read_requests = c.direct_read_requests;
     m.rounds = c.rounds;
     m.setup_made = c.setup_made;
     m.read_wait_s = c.io_seconds;

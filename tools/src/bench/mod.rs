@@ -13,7 +13,7 @@ mod sys;
 
 use std::path::PathBuf;
 
-use lmdbio::engine::EngineOptions;
+use lmdbio::engine::{DirectIo, EngineOptions};
 use lmdbio::resume::JobSchedule;
 use lmdbio::schedule::{Partition, Tail};
 use lmdbio::CoalesceOptions;
@@ -122,6 +122,12 @@ pub struct Args {
     /// Threads each reader reads with (independent reads).
     #[arg(long, value_name = "N", default_value_t = lmdbio::engine::DEFAULT_READ_STREAMS)]
     read_streams: usize,
+    /// Independent reads around the page cache (direct I/O): `auto` reads a
+    /// round directly when the file system supports it and the cache holds
+    /// less than half of it; `always` requires it; `never` reads through
+    /// the cache.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Auto)]
+    direct_io: DirectIoArg,
     /// Read each round synchronously instead of while the ranks work on the
     /// previous one.
     #[arg(long)]
@@ -189,6 +195,13 @@ enum PartitionArg {
     Contiguous,
     RoundRobin,
     Strided,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DirectIoArg {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -341,6 +354,11 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         stagger: args.stagger,
         collective: args.collective,
         read_streams: args.read_streams,
+        direct_io: match args.direct_io {
+            DirectIoArg::Auto => DirectIo::Auto,
+            DirectIoArg::Always => DirectIo::Always,
+            DirectIoArg::Never => DirectIo::Never,
+        },
         hints,
         overlap: !args.no_overlap,
         step_limit: None,

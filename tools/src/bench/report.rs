@@ -24,6 +24,8 @@ pub struct Measurement {
     /// Of `read_requests`, those that read the tree for the index
     /// (lmdbio only).
     pub index_read_requests: u64,
+    /// Of `read_requests`, those read around the page cache (lmdbio only).
+    pub direct_read_requests: u64,
     /// Collective read rounds (lmdbio only): each may end a coalesced run.
     pub rounds: u64,
     /// MPI set-up the engine's open had to make (lmdbio only; see
@@ -127,6 +129,7 @@ impl<'w> Context<'w> {
             file_opens_per_node: self.sum(m.file_opens as f64) / nodes,
             reading_ranks_per_node: self.sum(f64::from(u8::from(m.read_requests > 0))) / nodes,
             index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
+            direct_read_requests_per_node: self.sum(m.direct_read_requests as f64) / nodes,
             rounds: self.max(m.rounds as f64) as u64,
             setup_made: self.max(m.setup_made as f64) as u64,
             read_wait_s_per_rank: self.max(m.read_wait_s),
@@ -164,6 +167,8 @@ pub struct Run {
     /// Ranks per node that issued any file read.
     pub reading_ranks_per_node: f64,
     pub index_read_requests_per_node: f64,
+    /// Value reads that went around the page cache (direct I/O).
+    pub direct_read_requests_per_node: f64,
     pub rounds: u64,
     /// Blocking MPI set-up the engine's open made (node communicators,
     /// shared window): 0 when kept from an earlier open or `prepare`.
