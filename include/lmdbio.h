@@ -123,14 +123,16 @@ int lmdbio_options_set_collective(lmdbio_options *options, int collective);
  * requests a reader keeps in flight. */
 int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
 /* Independent reads around the kernel's page cache (direct I/O, straight
- * into the shared window). LMDBIO_DIRECT_IO_AUTO (default): a round is read
- * directly when the file system supports it and the page cache holds less
- * than half of the round (through the cache where the kernel cannot say,
- * before Linux 6.5); ALWAYS: every round, and lmdbio_open fails where the
- * file system cannot; NEVER: always through the page cache. */
-#define LMDBIO_DIRECT_IO_AUTO 0
-#define LMDBIO_DIRECT_IO_ALWAYS 1
-#define LMDBIO_DIRECT_IO_NEVER 2
+ * into the shared window). LMDBIO_DIRECT_IO_NEVER (default): always through
+ * the page cache; AUTO: a round is read directly when the file system
+ * supports it and the page cache holds less than half of the round
+ * (through the cache where the kernel cannot say, before Linux 6.5);
+ * ALWAYS: every round, and lmdbio_open fails where the file system cannot.
+ * Direct reads spare the reader's CPU; whether they are faster depends on
+ * the storage (docs/PERFORMANCE.md). */
+#define LMDBIO_DIRECT_IO_NEVER 0
+#define LMDBIO_DIRECT_IO_AUTO 1
+#define LMDBIO_DIRECT_IO_ALWAYS 2
 int lmdbio_options_set_direct_io(lmdbio_options *options, int when);
 /* Nonzero (default): read the next round into the other half of the window
  * while the ranks work on the current one (on helper threads; collective

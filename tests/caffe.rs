@@ -46,6 +46,14 @@ fn plugin() -> Option<PathBuf> {
 }
 
 /// How Caffe reads its data in a run.
+/// How the engine of a test run reads.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Reads {
+    Own,
+    Collective,
+    Direct,
+}
+
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Mode {
     /// No plugin.
@@ -473,16 +481,28 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         test: Some((8, 2)),
         max_iter: 10,
     };
+    // Direct reads where the file system allows them (else through the
+    // page cache, which the engine's own tests cover).
+    let direct = {
+        let data = std::fs::File::open(db.join("data.mdb")).unwrap();
+        lmdbio::page_cache::direct_alignment(&data).is_some()
+    };
     // (mode, ranks, ranks per virtual node: 2 makes two nodes of 2 on 4
-    // ranks, each with its own reader and shared window; collective reads)
-    for (mode, ranks, per_node, collective) in [
-        (Mode::Layer, 2, "0", false),
-        (Mode::Layer, 4, "0", false),
-        (Mode::Layer, 4, "2", false),
-        (Mode::Layer, 4, "2", true),
-        (Mode::ZeroChange, 2, "0", false),
+    // ranks, each with its own reader and shared window; how the engine
+    // reads: its own reads, collective MPI-IO, or its own reads around
+    // the page cache)
+    for (mode, ranks, per_node, reads) in [
+        (Mode::Layer, 2, "0", Reads::Own),
+        (Mode::Layer, 4, "0", Reads::Own),
+        (Mode::Layer, 4, "2", Reads::Own),
+        (Mode::Layer, 4, "2", Reads::Collective),
+        (Mode::Layer, 2, "0", Reads::Direct),
+        (Mode::ZeroChange, 2, "0", Reads::Own),
     ] {
-        let run = format!("{mode:?}_{ranks}_{per_node}_{collective}");
+        if reads == Reads::Direct && !direct {
+            continue;
+        }
+        let run = format!("{mode:?}_{ranks}_{per_node}_{reads:?}");
         let solver = write_solver(work.path(), &run, mode, &spec);
         let keys = work.path().join(format!("keys_{run}"));
         std::fs::create_dir_all(&keys).unwrap();
@@ -490,8 +510,10 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         if per_node != "0" {
             env.push(("LMDBIO_CAFFE_RANKS_PER_NODE", per_node));
         }
-        if collective {
-            env.push(("LMDBIO_CAFFE_COLLECTIVE", "1"));
+        match reads {
+            Reads::Own => {}
+            Reads::Collective => env.push(("LMDBIO_CAFFE_COLLECTIVE", "1")),
+            Reads::Direct => env.push(("LMDBIO_CAFFE_DIRECT_IO", "always")),
         }
         let out = train_mpi(&plugin, ranks, &solver, &env);
         let log = assert_trained(&out, &format!("{mode:?} on {ranks} ranks"));
@@ -506,11 +528,20 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
             // engine per process; see cpp/lmdbio_data_layer.hpp).
             let nodes = if per_node == "0" { 1 } else { ranks / 2 };
             assert_eq!(
-                log.matches("(1 file opens)").count(),
+                log.matches("(1 file opens, ").count(),
                 nodes,
                 "{run}: file opens:\n{log}"
             );
-            assert_eq!(log.matches("(0 file opens)").count(), ranks - nodes);
+            assert_eq!(log.matches("(0 file opens, ").count(), ranks - nodes);
+            let direct_reads = log.matches("(1 file opens, 0 direct)").count();
+            if reads == Reads::Direct {
+                assert_eq!(
+                    direct_reads, 0,
+                    "{run}: the reader read through the cache:\n{log}"
+                );
+            } else {
+                assert_eq!(direct_reads, nodes, "{run}: direct reads:\n{log}");
+            }
             assert_eq!(log.matches("per-rank reader").count(), ranks, "{run}");
         }
         let shares = logged_keys(&keys, ranks);

@@ -305,15 +305,18 @@ fn direct_reads_deliver_the_same_records_and_follow_the_page_cache() {
     );
     let (direct, _) = counts(&["--direct-io", "never", "--cold"]);
     assert_eq!(direct, 0.0, "never");
+    // The default reads through the cache.
+    let (direct, _) = counts(&["--cold"]);
+    assert_eq!(direct, 0.0, "default");
     // Auto: a file the cache holds is read through it ...
     std::fs::read(fx.data_file()).unwrap();
-    let (direct, values) = counts(&[]);
+    let (direct, values) = counts(&["--direct-io", "auto"]);
     assert!(
         values > 0.0 && direct == 0.0,
         "auto, cached: {direct} of {values}"
     );
     // ... and one it does not hold, around it, where the kernel can say.
-    let (direct, values) = counts(&["--cold"]);
+    let (direct, values) = counts(&["--direct-io", "auto", "--cold"]);
     if lmdbio::page_cache::cached_bytes(&data, 0, 4096).is_some() {
         assert!(direct > 0.0, "auto, cold: {direct} of {values}");
     } else {

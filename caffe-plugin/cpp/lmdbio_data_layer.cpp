@@ -75,7 +75,8 @@ LmdbioDataLayer<Dtype>::~LmdbioDataLayer() {
     LOG(INFO) << "LMDBIOData " << this->layer_param_.name() << ": " << source_ << ": "
               << c.records_delivered << " records delivered, " << c.bytes_read
               << " bytes read by this rank in " << c.read_requests << " requests ("
-              << c.file_opens << " file opens), " << c.wait_seconds << " s waiting";
+              << c.file_opens << " file opens, " << c.direct_read_requests << " direct), "
+              << c.wait_seconds << " s waiting";
   }
   if (lmdbio_close(engine_) != LMDBIO_OK) {
     LOG(ERROR) << "LMDBIOData: closing " << source_ << ": " << lmdbio_last_error();

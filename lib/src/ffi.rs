@@ -223,9 +223,9 @@ fn partition_from(mode: c_int) -> Result<Partition> {
 
 fn direct_io_from(when: c_int) -> Result<DirectIo> {
     match when {
-        0 => Ok(DirectIo::Auto),
-        1 => Ok(DirectIo::Always),
-        2 => Ok(DirectIo::Never),
+        0 => Ok(DirectIo::Never),
+        1 => Ok(DirectIo::Auto),
+        2 => Ok(DirectIo::Always),
         _ => Err(Error::InvalidArgument(format!(
             "unknown direct I/O setting {when}"
         ))),

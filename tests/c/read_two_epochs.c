@@ -36,11 +36,26 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: zero read streams was accepted\n", rank);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
+  /* Direct reads wherever the file system allows them (an unknown
+   * setting is refused); where it does not, opening says so and the test
+   * goes on through the page cache. */
+  if (lmdbio_options_set_direct_io(opts, 7) != LMDBIO_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "rank %d: direct I/O setting 7 was accepted\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  CHECK(lmdbio_options_set_direct_io(opts, LMDBIO_DIRECT_IO_ALWAYS));
   /* The node set-up made ahead; the opens below (and the resumed one) take
    * it instead of making their own. */
   CHECK(lmdbio_prepare(MPI_COMM_WORLD, opts));
   lmdbio_engine *engine;
-  CHECK(lmdbio_open(MPI_COMM_WORLD, argv[1], opts, &engine));
+  int direct = 1;
+  rc = lmdbio_open(MPI_COMM_WORLD, argv[1], opts, &engine);
+  if (rc == LMDBIO_ERR_INVALID_ARGUMENT && strstr(lmdbio_last_error(), "does not support direct reads")) {
+    direct = 0;
+    CHECK(lmdbio_options_set_direct_io(opts, LMDBIO_DIRECT_IO_NEVER));
+    rc = lmdbio_open(MPI_COMM_WORLD, argv[1], opts, &engine);
+  }
+  CHECK(rc);
   lmdbio_counters setup;
   CHECK(lmdbio_counters_get(engine, &setup));
   if (setup.setup_made != 0) {
@@ -88,11 +103,17 @@ int main(int argc, char **argv) {
   }
   lmdbio_counters node;
   CHECK(lmdbio_node_counters(engine, &node));
+  if (direct ? node.direct_read_requests == 0 : node.direct_read_requests != 0) {
+    fprintf(stderr, "rank %d: %" PRIu64 " direct reads with direct I/O %s\n", rank,
+            node.direct_read_requests, direct ? "always" : "never");
+    MPI_Abort(MPI_COMM_WORLD, 10);
+  }
   CHECK(lmdbio_close(engine));
   CHECK(lmdbio_close(NULL));
   if (rank == 0)
-    printf("OK %zu records x 2 epochs on %d ranks; node read %" PRIu64 " bytes in %" PRIu64 " requests\n", n,
-           size, node.bytes_read, node.read_requests);
+    printf("OK %zu records x 2 epochs on %d ranks; node read %" PRIu64 " bytes in %" PRIu64
+           " requests (%" PRIu64 " direct)\n",
+           n, size, node.bytes_read, node.read_requests, node.direct_read_requests);
 
   /* An engine may outlive MPI (a framework's objects destroyed at exit):
    * closing it after MPI_Finalize must neither call MPI nor fail. */

@@ -28,19 +28,26 @@ use crate::plan::ReadRun;
 use crate::source::{FileSource, IoSnapshot, ReadAt};
 
 /// Whether independent reads go around the kernel's page cache.
+///
+/// Measured on the test machine (docs/PERFORMANCE.md), direct reads cost a
+/// fifth of the system CPU but delivered less than reads through the cache
+/// with the kernel's readahead at one rank per node (0.8–0.9×), and about
+/// the same at two; so the default stays with the cache, and the others
+/// are there for nodes where CPU, not storage, is short, and for datasets
+/// far larger than memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectIo {
+    /// Always read through the page cache.
+    #[default]
+    Never,
     /// Read a round directly when the file system supports it and the page
     /// cache holds less than half of the round's bytes; through the cache
     /// otherwise (a file read recently, or a kernel that cannot say what
     /// it holds: `cachestat` is Linux 6.5+).
-    #[default]
     Auto,
     /// Read every round directly; opening fails where the file system
     /// does not support it.
     Always,
-    /// Always read through the page cache.
-    Never,
 }
 
 /// What one call to [`DataFile::read_runs`] did.

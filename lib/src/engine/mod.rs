@@ -135,7 +135,7 @@ impl Default for EngineOptions {
             stagger: None,
             collective: false,
             read_streams: DEFAULT_READ_STREAMS,
-            direct_io: DirectIo::Auto,
+            direct_io: DirectIo::Never,
             hints: Vec::new(),
             overlap: true,
             step_limit: None,

@@ -122,11 +122,11 @@ pub struct Args {
     /// Threads each reader reads with (independent reads).
     #[arg(long, value_name = "N", default_value_t = lmdbio::engine::DEFAULT_READ_STREAMS)]
     read_streams: usize,
-    /// Independent reads around the page cache (direct I/O): `auto` reads a
-    /// round directly when the file system supports it and the cache holds
-    /// less than half of it; `always` requires it; `never` reads through
-    /// the cache.
-    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Auto)]
+    /// Independent reads around the page cache (direct I/O): `never` (the
+    /// default) reads through the cache; `auto` reads a round directly when
+    /// the file system supports it and the cache holds less than half of
+    /// it; `always` requires it.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Never)]
     direct_io: DirectIoArg,
     /// Read each round synchronously instead of while the ranks work on the
     /// previous one.
