@@ -6,7 +6,8 @@
 //! Read the modules in this order; each has one job.
 //!
 //! 1. [`source`]: positioned reads (`pread` here, MPI-IO in the engine). No
-//!    mmap, no liblmdb, no lock file.
+//!    mmap, no liblmdb, no lock file. [`page_cache`] lets the engine read
+//!    around the kernel's page cache (direct I/O) where asked to.
 //! 2. [`format`](mod@format): LMDB's on-disk structures (meta, branch, leaf and overflow
 //!    pages), parsed from byte buffers with every offset bounds-checked.
 //! 3. [`database`]: opens a file, picks the current meta page, selects MAIN
