@@ -191,6 +191,7 @@ impl OwnFile {
                 self.direct_refused.store(true, Ordering::Relaxed);
                 self.source.set_direct(false)?;
                 read_on_streams(&self.source, runs, dest, streams)?;
+                // At most: the refused attempt may have stopped early.
                 Ok(RunsRead {
                     requests: 2 * requests,
                     direct_requests: 0,
