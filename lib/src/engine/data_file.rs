@@ -18,7 +18,7 @@
 //!   when its hints enable collective buffering.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
@@ -306,12 +306,9 @@ impl WindowRange {
     }
 }
 
-/// Reads `runs` (packed back to back into `dest`) with `streams` threads;
-/// one request per run. Each thread starts on a contiguous share of about
-/// equal bytes (sequential, so the kernel's readahead follows it) and,
-/// once through, takes runs from the far end of the shares still being
-/// read: the round ends when its last run is read, not when the slowest
-/// share is.
+/// Reads `runs` (packed back to back into `dest`) with `streams` threads,
+/// each taking a contiguous share of about equal bytes; one request per
+/// run.
 fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
@@ -324,42 +321,28 @@ fn read_on_streams(
             "read buffer does not match its runs".into(),
         ));
     }
+    // Where each run lands in `dest`, and which stream reads it.
     let streams = streams.clamp(1, runs.len().max(1));
-    let mut landing = Vec::with_capacity(runs.len());
-    let mut bounds = vec![0usize; streams + 1];
+    let mut shares: Vec<Vec<(u64, usize, usize)>> = vec![Vec::new(); streams];
     let mut at = 0u64;
-    for (i, r) in runs.iter().enumerate() {
-        let share = ((at * streams as u64 / total.max(1)) as usize).min(streams - 1);
-        bounds[share + 1] = i + 1;
-        landing.push(at as usize);
+    for r in runs {
+        let share = (at * streams as u64 / total.max(1)) as usize;
+        shares[share.min(streams - 1)].push((r.file_offset, at as usize, r.len as usize));
         at += r.len;
     }
-    for s in 1..=streams {
-        bounds[s] = bounds[s].max(bounds[s - 1]);
-    }
-    let shares: Vec<Share> = (0..streams)
-        .map(|s| Share::new(bounds[s], bounds[s + 1]))
-        .collect();
-    let read_run = |i: usize| -> Result<()> {
-        let r = &runs[i];
-        file.read_exact_at(dest.slice(landing[i], r.len as usize)?, r.file_offset)
-    };
-    let stream = |me: usize| -> Result<()> {
-        while let Some(i) = shares[me].take_front() {
-            read_run(i)?;
-        }
-        for other in (1..streams).map(|k| (me + k) % streams) {
-            while let Some(i) = shares[other].take_back() {
-                read_run(i)?;
-            }
+    let read_share = |share: &[(u64, usize, usize)]| -> Result<()> {
+        for &(offset, at, n) in share {
+            file.read_exact_at(dest.slice(at, n)?, offset)?;
         }
         Ok(())
     };
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let others: Vec<_> = (1..streams)
-            .map(|me| scope.spawn(move || stream(me)))
+        let (first, rest) = shares.split_first().expect("at least one stream");
+        let others: Vec<_> = rest
+            .iter()
+            .map(|share| scope.spawn(move || read_share(share)))
             .collect();
-        let mut results = vec![stream(0)];
+        let mut results = vec![read_share(first)];
         results.extend(others.into_iter().map(|h| {
             h.join()
                 .unwrap_or_else(|_| Err(Error::Internal("a read stream panicked".into())))
@@ -368,42 +351,6 @@ fn read_on_streams(
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
     Ok(())
-}
-
-/// The runs of one share not yet taken, `front..back`, in one atomic word
-/// so that its stream (from the front) and others (from the back) never
-/// take the same run.
-struct Share(AtomicU64);
-
-impl Share {
-    fn new(front: usize, back: usize) -> Share {
-        Share(AtomicU64::new(((front as u64) << 32) | back as u64))
-    }
-
-    fn take_front(&self) -> Option<usize> {
-        self.take(|front, back| (front < back).then_some((front + 1, back, front)))
-    }
-
-    fn take_back(&self) -> Option<usize> {
-        self.take(|front, back| (front < back).then_some((front, back - 1, back - 1)))
-    }
-
-    fn take(&self, step: impl Fn(u64, u64) -> Option<(u64, u64, u64)>) -> Option<usize> {
-        let mut word = self.0.load(Ordering::Acquire);
-        loop {
-            let (front, back) = (word >> 32, word & u64::from(u32::MAX));
-            let (f, b, taken) = step(front, back)?;
-            match self.0.compare_exchange_weak(
-                word,
-                (f << 32) | b,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(taken as usize),
-                Err(now) => word = now,
-            }
-        }
-    }
 }
 
 #[cfg(test)]
