@@ -147,6 +147,24 @@ fn every_record_once_per_epoch_for_ranks_and_node_shapes() {
     }
 }
 
+/// Each variant's arguments, on 5 ranks in nodes of 2 with batch 5 and a
+/// small window, deliver liblmdb's records.
+fn assert_variants_deliver(fx: &kit::Fixture, oracle: &[String], variants: &[&[&str]]) {
+    for v in variants {
+        let mut args = vec![
+            "--batch",
+            "5",
+            "--ranks-per-node",
+            "2",
+            "--window",
+            "2000000",
+        ];
+        args.extend_from_slice(v);
+        let got = run_and_trace(fx, 5, &args);
+        assert!(got == oracle, "{v:?} differs from liblmdb");
+    }
+}
+
 #[test]
 fn read_modes_and_partitions_deliver_the_same_records() {
     let fx = kit::caffe_style(900, 5000, 66);
@@ -183,19 +201,7 @@ fn read_modes_and_partitions_deliver_the_same_records() {
             "0",
         ],
     ];
-    for v in variants {
-        let mut args = vec![
-            "--batch",
-            "5",
-            "--ranks-per-node",
-            "2",
-            "--window",
-            "2000000",
-        ];
-        args.extend_from_slice(v);
-        let got = run_and_trace(&fx, 5, &args);
-        assert!(got == oracle, "{v:?} differs from liblmdb");
-    }
+    assert_variants_deliver(&fx, &oracle, &variants);
 }
 
 #[test]
@@ -308,19 +314,7 @@ fn direct_reads_deliver_the_same_records_and_follow_the_page_cache() {
         ],
         &["--direct-io", "never", "--partition", "round-robin"],
     ];
-    for v in variants {
-        let mut args = vec![
-            "--batch",
-            "5",
-            "--ranks-per-node",
-            "2",
-            "--window",
-            "2000000",
-        ];
-        args.extend_from_slice(v);
-        let got = run_and_trace(&fx, 5, &args);
-        assert!(got == oracle, "{v:?} differs from liblmdb");
-    }
+    assert_variants_deliver(&fx, &oracle, &variants);
 
     // (direct requests, value requests) per node of one run.
     let counts = |extra: &[&str]| {
