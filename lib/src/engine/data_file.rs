@@ -168,37 +168,41 @@ impl DataFile {
 impl OwnFile {
     fn read_runs(&self, runs: &[ReadRun], dest: WindowRange, streams: usize) -> Result<RunsRead> {
         let requests = runs.len() as u64;
-        if !self.wants_direct(runs, dest)? {
-            self.source.set_direct(false)?;
-            read_on_streams(&self.source, runs, dest, streams)?;
-            return Ok(RunsRead {
-                requests,
-                direct_requests: 0,
-            });
-        }
-        self.source.set_direct(true)?;
-        match read_on_streams(&self.source, runs, dest, streams) {
-            Ok(()) => Ok(RunsRead {
-                requests,
-                direct_requests: requests,
-            }),
-            Err(Error::Io { source, .. })
-                if source.raw_os_error() == Some(libc::EINVAL) && self.mode == DirectIo::Auto =>
-            {
-                // The file system claimed support it does not have (some
-                // network file systems): read this and every later round
-                // through the cache.
-                self.direct_refused.store(true, Ordering::Relaxed);
-                self.source.set_direct(false)?;
-                read_on_streams(&self.source, runs, dest, streams)?;
-                // At most: the refused attempt may have stopped early.
-                Ok(RunsRead {
-                    requests: 2 * requests,
-                    direct_requests: 0,
-                })
+        let mut refused = 0;
+        if self.wants_direct(runs, dest)? {
+            self.source.set_direct(true)?;
+            match read_on_streams(&self.source, runs, dest, streams) {
+                Ok(()) => {
+                    return Ok(RunsRead {
+                        requests,
+                        direct_requests: requests,
+                    })
+                }
+                Err(Error::Io { source, .. })
+                    if source.raw_os_error() == Some(libc::EINVAL)
+                        && self.mode == DirectIo::Auto =>
+                {
+                    // The file system claimed support it does not have
+                    // (some network file systems): read this and every
+                    // later round through the cache, counting the refused
+                    // requests (at most: the attempt may have stopped
+                    // early).
+                    self.direct_refused.store(true, Ordering::Relaxed);
+                    refused = requests;
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
+        // Only a descriptor that may have been switched needs switching
+        // back; the default never switches, so it makes no call here.
+        if self.direct.is_some() {
+            self.source.set_direct(false)?;
+        }
+        read_on_streams(&self.source, runs, dest, streams)?;
+        Ok(RunsRead {
+            requests: requests + refused,
+            direct_requests: 0,
+        })
     }
 
     /// Whether to read `runs` into `dest` around the page cache.
