@@ -32,14 +32,16 @@ pub(crate) struct ScannedIndex<'f> {
 }
 
 /// What a master holds after opening the tree: the database, the tree,
-/// and (on master 0 only) its pages.
-type OpenedTree<'f> = (Database<DataSource<'f>>, Tree, Option<TreePages>);
+/// (on master 0 only) its pages, and its reader's plan granule.
+type OpenedTree<'f> = (Database<DataSource<'f>>, Tree, Option<TreePages>, u64);
 
 struct MasterState<'f> {
     db: Database<DataSource<'f>>,
     tree: Tree,
     pages: TreePages,
     part: IndexPart,
+    /// See `ScannedIndex::plan_granule`.
+    granule: u64,
 }
 
 /// Reads the tree and sizes the index. Collective over `world`. `masters`
@@ -58,10 +60,7 @@ pub(crate) fn scan<'f>(
     // Phase 3: sizes to everyone.
     let mut sizes = [0i64; 6];
     let mut counts = Vec::new();
-    if let (Some(m), Some(state), Some(file)) = (masters, &state, file) {
-        let granule = file
-            .direct_granule(state.db.page_size() as u64)
-            .unwrap_or(1);
+    if let (Some(m), Some(state)) = (masters, &state) {
         let largest = state
             .part
             .entries
@@ -73,7 +72,7 @@ pub(crate) fn scan<'f>(
             state.part.entries.len() as i64,
             state.part.keys.len() as i64,
             largest as i64,
-            granule as i64,
+            state.granule as i64,
         ])?;
         counts = all
             .chunks(4)
@@ -134,23 +133,23 @@ fn open_tree<'f>(
         return Ok(None);
     };
     let db = Database::from_source(file.source())?;
-    // Refuses here, agreed by every rank, a file that direct reads were
+    // Fails here, agreed by every rank, for a file that direct reads were
     // required for but cannot serve.
-    file.direct_granule(db.page_size() as u64)?;
+    let granule = file.direct_granule(db.page_size() as u64)?;
     let tree = db.tree(subdb)?;
     let pages = if m.rank() == 0 {
         Some(walk_tree(&db, &tree, IndexOptions::default().chunk_pages)?)
     } else {
         None
     };
-    Ok(Some((db, tree, pages)))
+    Ok(Some((db, tree, pages, granule)))
 }
 
 fn parse_share<'f>(
     masters: Option<&Comm>,
     opened: Option<OpenedTree<'f>>,
 ) -> Result<Option<MasterState<'f>>> {
-    let (Some(m), Some((db, tree, pages))) = (masters, opened) else {
+    let (Some(m), Some((db, tree, pages, granule))) = (masters, opened) else {
         return Ok(None);
     };
     let mut bytes = pages.as_ref().map(encode_pages).unwrap_or_default();
@@ -169,6 +168,7 @@ fn parse_share<'f>(
         tree,
         pages,
         part,
+        granule,
     }))
 }
 
