@@ -202,9 +202,9 @@ impl MpiFile {
             .iter()
             .find(|r| r.file_offset + r.len > self.len)
             .map(|r| self.truncated(r.file_offset, r.len));
+        // (No runs means len is 0 too: checked against their total above.)
         let (runs, len) = match past_end {
             Some(_) => (&[][..], 0),
-            None if runs.is_empty() => (runs, 0),
             None => (runs, len),
         };
         // SAFETY: forwarded from the caller.
