@@ -45,7 +45,6 @@ fn plugin() -> Option<PathBuf> {
     Some(so)
 }
 
-/// How Caffe reads its data in a run.
 /// How the engine of a test run reads.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Reads {
@@ -54,6 +53,7 @@ enum Reads {
     Direct,
 }
 
+/// How Caffe reads its data in a run.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Mode {
     /// No plugin.
