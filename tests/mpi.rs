@@ -79,20 +79,26 @@ fn traced_lines(dir: &Path) -> Vec<String> {
 }
 
 fn run_and_trace(fx: &kit::Fixture, n: usize, extra: &[&str]) -> Vec<String> {
+    run_and_trace_at(&fx.path, fx.subdb.as_deref(), n, extra)
+}
+
+/// Runs the bench with `--trace` on the database at `path` and returns
+/// every rank's trace lines, sorted.
+fn run_and_trace_at(path: &Path, subdb: Option<&str>, n: usize, extra: &[&str]) -> Vec<String> {
     let trace = kit::TempDir::new().unwrap();
     let mut args: Vec<String> = vec!["--trace".into(), trace.path().display().to_string()];
-    if let Some(s) = &fx.subdb {
+    if let Some(s) = subdb {
         args.push("-s".into());
-        args.push(s.clone());
+        args.push(s.to_owned());
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    args.push(fx.path.display().to_string());
+    args.push(path.display().to_string());
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = mpiexec(n, &argv);
     assert!(
         out.status.success(),
         "{}: mpiexec -n {n} {extra:?} failed:\n{}",
-        fx.name,
+        path.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     traced_lines(trace.path())
@@ -261,30 +267,11 @@ fn direct_reads_deliver_the_same_records_and_follow_the_page_cache() {
         if lmdbio::page_cache::direct_alignment(&opened).is_some() {
             continue;
         }
-        let dir = file.parent().unwrap().to_str().unwrap();
-        let out = mpiexec(2, &["--direct-io", "always", dir]);
+        let dir = file.parent().unwrap();
+        let out = mpiexec(2, &["--direct-io", "always", dir.to_str().unwrap()]);
         assert_every_rank_fails(&out, 2, "does not support direct reads");
-        let trace = kit::TempDir::new().unwrap();
-        let out = mpiexec(
-            3,
-            &[
-                "--direct-io",
-                "auto",
-                "--cold",
-                "--trace",
-                trace.path().to_str().unwrap(),
-                dir,
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            traced_lines(trace.path()) == oracle,
-            "auto without direct I/O"
-        );
+        let got = run_and_trace_at(dir, None, 3, &["--direct-io", "auto", "--cold"]);
+        assert!(got == oracle, "auto without direct I/O");
     }
     if lmdbio::page_cache::direct_alignment(&data).is_none() {
         return;
