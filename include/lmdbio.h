@@ -163,11 +163,18 @@ int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char
 /* COLLECTIVE. Makes ahead of time what lmdbio_open with these options on
  * this communicator's ranks needs besides the database: the node,
  * readers' and masters' communicators and the node's shared window (which
- * lmdbio_open makes on first use otherwise). Each is a blocking collective
- * MPI call, costly where ranks outnumber cores. They are kept between
- * engines (the window's memory is returned to the system at lmdbio_close)
- * and freed when MPI_Finalize starts. options may be NULL for defaults. */
+ * lmdbio_open makes on first use otherwise), and maps the window's memory
+ * (its first window_bytes) on every rank, so the first open neither makes
+ * nor page-faults anything. Each is a blocking collective MPI call, costly
+ * where ranks outnumber cores. They are kept between engines, the window
+ * with its memory, and freed when MPI_Finalize starts. options may be
+ * NULL for defaults. */
 int lmdbio_prepare(MPI_Comm comm, const lmdbio_options *options);
+/* LOCAL. Returns the memory of every kept window (those of closed engines
+ * and of lmdbio_prepare) to the system; the communicators and windows stay
+ * for the next lmdbio_open, which maps memory again as it uses it (or
+ * lmdbio_prepare maps it ahead). An open engine's memory is not touched. */
+int lmdbio_release_memory(void);
 
 /* COLLECTIVE. path: a database directory (holding data.mdb) or a data file.
  * options may be NULL for defaults; it is copied and may be freed after. */
@@ -192,9 +199,9 @@ int lmdbio_job_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, si
 int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
 /* COLLECTIVE over the node: sums of the node's counters. */
 int lmdbio_node_counters(const lmdbio_engine *engine, lmdbio_counters *out);
-/* COLLECTIVE. Frees the engine and returns its shared memory to the system;
- * the node communicators and the (empty) window are kept for the next
- * lmdbio_open on the same ranks (see lmdbio_prepare). */
+/* COLLECTIVE. Frees the engine; the node communicators and the shared
+ * window, with its memory, are kept for the next lmdbio_open on the same
+ * ranks (see lmdbio_prepare; lmdbio_release_memory gives the memory back). */
 int lmdbio_close(lmdbio_engine *engine);
 
 #ifdef __cplusplus

@@ -466,6 +466,15 @@ pub unsafe extern "C" fn lmdbio_prepare(comm: RawComm, options: *const lmdbio_op
     })
 }
 
+/// Local.
+#[no_mangle]
+pub extern "C" fn lmdbio_release_memory() -> c_int {
+    guard(|| {
+        crate::engine::release_memory();
+        Ok(())
+    })
+}
+
 /// Collective over `comm`.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_open(

@@ -35,7 +35,8 @@
 //!    into a shared window, zero-copy batches,
 //!    and one agreement per collective step so failures reach every rank.
 //!    The node's communicators and window are made once and kept between
-//!    engines ([`engine::topology`], [`engine::prepare`]).
+//!    engines, the window with its memory mapped ([`engine::topology`],
+//!    [`engine::prepare`], [`engine::release_memory`]).
 //! 10. [`cursor`]: a rank's (and a job's) position as a small portable
 //!     value; [`resume`]: a resumed job's schedule, and re-partitioning onto
 //!     another rank count.

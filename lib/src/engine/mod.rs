@@ -37,8 +37,8 @@ use agree::{agree, agree_ok, agree_resource};
 pub use data_file::DirectIo;
 use data_file::{DataFile, RunsRead, WindowRange};
 use node_memory::NodeMemory;
-pub use topology::prepare;
 use topology::NodeTopology;
+pub use topology::{prepare, release_memory};
 
 use crate::cursor::{Cursor, DatabaseIdentity, JobCursor, CURSOR_BYTES};
 use crate::database::data_file_path;
@@ -443,11 +443,11 @@ impl Drop for Engine {
             std::mem::forget(topology);
             return;
         }
-        // The node's ranks may still be reading their last batch: its
-        // memory is released once all of them are done with it. If the
-        // barrier fails the node is in trouble; keep nothing.
+        // The node's ranks may still be reading their last batch: the
+        // window is kept (memory and all, see topology) once all of them
+        // are done with it, so that `release_memory` may free it at any
+        // time. If the barrier fails the node is in trouble; keep nothing.
         if topology.node.barrier().is_ok() {
-            window.release_pages();
             topology.window = Some(window);
             topology::give_back(topology);
         } else {
@@ -470,9 +470,6 @@ impl Engine {
             Err(e) => {
                 // Every rank failed at the same agreement, before anyone
                 // read the window.
-                if let Some(w) = &topology.window {
-                    w.release_pages();
-                }
                 topology::give_back(topology);
                 return Err(e);
             }

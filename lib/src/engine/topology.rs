@@ -7,8 +7,15 @@
 //! spin: at 8 ranks on 2 cores making them took 0.6–0.9 s, longer than
 //! reading a 1.5 GB database (docs/PERFORMANCE.md). They depend only on the
 //! ranks and two options, so they are made once: an engine takes them at
-//! open and gives them back when dropped, with the window's memory returned
-//! to the system. [`prepare`] makes them ahead of the first open.
+//! open and gives them back when dropped.
+//!
+//! The window's memory stays mapped between engines too: a page touched
+//! for the first time costs a fault on every rank of the node, and a
+//! 256 MiB window is 65,536 of them, which cost a two-rank node on 2 cores
+//! about a tenth of a 1.5 GB read (docs/PERFORMANCE.md). [`prepare`] makes
+//! all of it ahead of the first open, maps the window on every rank, and
+//! [`release_memory`] gives the memory back to the system while keeping
+//! the rest.
 //!
 //! Open and drop are collective, so every member of a job holds the same
 //! kept topologies; open still agrees on the one it takes (by an id agreed
@@ -42,8 +49,7 @@ pub struct NodeTopology {
     pub masters: Option<Comm>,
     /// World ranks of the node's members, in node order.
     pub members: Vec<u64>,
-    /// The node-shared window while no engine uses it (its memory
-    /// released).
+    /// The node-shared window while no engine uses it.
     pub window: Option<SharedWindow>,
 }
 
@@ -135,15 +141,33 @@ pub fn give_back(topology: NodeTopology) {
 }
 
 /// Makes the topology and window an engine with `options` on `comm` will
-/// take at open, so the first open does not pay for them. Collective over
-/// `comm`.
+/// take at open, and maps the window's first `window_bytes` on every rank
+/// of each node (the values' area of an open with a small index; the rest
+/// is mapped as it is first used), so the first open neither makes nor
+/// faults anything. Calling it again after [`release_memory`] maps the
+/// memory again. Collective over `comm`.
 pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
     let world = Comm::dup(comm)?;
     agree_ok(&world, super::check_options(options))?;
     let (mut topology, _) = take(&world, options)?;
     let made = topology.ensure_window(&world, options.window_bytes.saturating_add(INDEX_ALLOWANCE));
+    if let (Ok(_), Some(window)) = (&made, &topology.window) {
+        window.populate(options.window_bytes);
+    }
     give_back(topology);
     made.map(|_| ())
+}
+
+/// Gives the memory of every kept window back to the system; the
+/// communicators and windows themselves stay for the next open, which
+/// maps pages again as it uses them (or [`prepare`] maps them ahead).
+/// Local: a node's memory is released once its first rank calls it, and
+/// no engine's memory is touched (an open engine's window is not kept).
+pub fn release_memory() {
+    let kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for window in kept.iter().filter_map(|t| t.window.as_ref()) {
+        window.release_pages();
+    }
 }
 
 /// Frees every kept topology, oldest first (the order they were made in,

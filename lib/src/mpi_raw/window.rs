@@ -131,26 +131,68 @@ impl SharedWindow {
 }
 
 impl SharedWindow {
-    /// Gives the segment's memory back to the system while keeping the
-    /// window: the owner punches the pages out of the shared segment
-    /// (`MADV_REMOVE`), which also unmaps them from every rank; the next
-    /// touch maps zeroed pages. Creating a window is a blocking collective
-    /// that costs far more than the faults (see engine::topology), so a
-    /// window is kept between engines but its memory is not.
-    ///
-    /// Call only when no rank of the node will read the bytes again
-    /// before rewriting them (after a node barrier).
-    pub fn release_pages(&self) {
-        if !self.owner || self.len == 0 {
-            return;
-        }
+    /// The whole pages inside the first `len` bytes of the segment.
+    fn whole_pages(&self, len: usize) -> Option<(*mut libc::c_void, usize)> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let start = (self.base as usize).div_ceil(page) * page;
-        let end = (self.base as usize + self.len) / page * page;
-        if end > start {
-            let (at, len) = (start as *mut libc::c_void, end - start);
-            // SAFETY: [start, end) lies inside the segment mapped for this
+        let end = (self.base as usize + len.min(self.len)) / page * page;
+        (end > start).then(|| (start as *mut libc::c_void, end - start))
+    }
+
+    /// Maps the first `len` bytes of the segment into this rank's address
+    /// space now, allocating what is not yet allocated, so that the reads
+    /// and the ranks' first look at each page do not fault one page at a
+    /// time: a fault per 4 KiB page cost a two-rank node 63,000 faults per
+    /// rank for a 256 MiB window (docs/PERFORMANCE.md). One
+    /// `MADV_POPULATE_WRITE` (Linux 5.14) per rank; on older kernels the
+    /// pages are touched one by one, which still moves the faults out of
+    /// the reads. Every rank of the node may call it at once.
+    ///
+    /// Call only while no engine uses the window: the fallback writes a
+    /// byte of every page (on the owner; others read one).
+    pub fn populate(&self, len: usize) {
+        let Some((at, bytes)) = self.whole_pages(len) else {
+            return;
+        };
+        // SAFETY: [at, at + bytes) lies inside the segment mapped for the
+        // window's life; populating only maps and allocates, leaving the
+        // contents as they are.
+        if unsafe { libc::madvise(at, bytes, libc::MADV_POPULATE_WRITE) } == 0 {
+            return;
+        }
+        let page = 4096;
+        let first = at as *mut u8;
+        for offset in (0..bytes).step_by(page) {
+            // SAFETY: inside the segment as above; no engine reads or
+            // writes the window meanwhile (the caller's contract), and a
+            // window's bytes mean nothing between engines. The owner
+            // writes so its (possibly private) memory gets a page of its
+            // own rather than the shared zero page; others only read.
+            unsafe {
+                let byte = first.add(offset);
+                if self.owner {
+                    std::ptr::write_volatile(byte, 0);
+                } else {
+                    std::ptr::read_volatile(byte);
+                }
+            }
+        }
+    }
+
+    /// Gives the segment's memory back to the system while keeping the
+    /// window: the owner punches the pages out of the shared segment
+    /// (`MADV_REMOVE`), which also unmaps them from every rank; the next
+    /// touch maps zeroed pages. Local: other ranks need not call it.
+    ///
+    /// Call only when no rank of the node will read the bytes again
+    /// before rewriting them (no engine uses the window).
+    pub fn release_pages(&self) {
+        if !self.owner {
+            return;
+        }
+        if let Some((at, len)) = self.whole_pages(self.len) {
+            // SAFETY: [at, at + len) lies inside the segment mapped for this
             // window's life; the caller guarantees nobody reads it until it
             // is rewritten, and released pages read back as zeros, never as
             // invalid memory. A window of one rank may be private memory

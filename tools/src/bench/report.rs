@@ -132,6 +132,7 @@ impl<'w> Context<'w> {
             direct_read_requests_per_node: self.sum(m.direct_read_requests as f64) / nodes,
             rounds: self.max(m.rounds as f64) as u64,
             setup_made: self.max(m.setup_made as f64) as u64,
+            prepare_s: None,
             read_wait_s_per_rank: self.max(m.read_wait_s),
             agreement_wait_s_per_rank: self.max(m.agreement_wait_s),
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
@@ -173,6 +174,10 @@ pub struct Run {
     /// Blocking MPI set-up the engine's open made (node communicators,
     /// shared window): 0 when kept from an earlier open or `prepare`.
     pub setup_made: u64,
+    /// The untimed `prepare` before this run, if any: the node set-up
+    /// before the first run, the window's memory mapped again before later
+    /// ones (the runs of other methods give it back).
+    pub prepare_s: Option<f64>,
     /// The longest any rank's engine waited for its node's reads, and in
     /// agreements with other ranks (a rank that does not read waits there
     /// for its node's reader, and a node that finished early for the
