@@ -132,10 +132,12 @@ pub struct Args {
     /// previous one.
     #[arg(long)]
     no_overlap: bool,
-    /// Leave lmdbio's MPI set-up (node communicators, shared window) to
-    /// the first open, inside the first lmdbio run, instead of making it
-    /// once before the timed runs as a job would at start-up
-    /// (`lmdbio_prepare`); its time is reported either way.
+    /// Leave lmdbio's set-up to the runs: the node communicators and the
+    /// shared window to the first open, and mapping the window's memory to
+    /// every lmdbio run that follows another method's (whose run gives the
+    /// memory back), instead of doing both untimed before each lmdbio run
+    /// as a job would once at start-up (`lmdbio_prepare`). Its time is
+    /// reported either way.
     #[arg(long)]
     no_prepare: bool,
     /// Simulated work per batch (milliseconds), to measure how much reading
