@@ -42,6 +42,14 @@ fn bench_json(n: usize, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
+/// Held by every test that drops the page cache (`--cold` writes
+/// `/proc/sys/vm/drop_caches`, which empties it for the whole machine) or
+/// depends on what it holds, since the tests of this file run at once.
+fn page_cache_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The median row of `method` in a bench JSON document.
 fn method_run<'d>(doc: &'d serde_json::Value, method: &str) -> &'d serde_json::Value {
     doc["runs"]
@@ -245,6 +253,7 @@ fn empty_database_reads_nothing_and_ends() {
 /// impossible, asking for them fails clearly on every rank.
 #[test]
 fn direct_reads_deliver_the_same_records_and_follow_the_page_cache() {
+    let _cache = page_cache_lock();
     let fx = kit::caffe_style(900, 5000, 92);
     let path = fx.path.to_str().unwrap();
     let data = std::fs::File::open(fx.data_file()).unwrap();
@@ -868,6 +877,7 @@ fn a_repartitioned_job_resumes_exactly_on_its_own_rank_count() {
 
 #[test]
 fn every_method_delivers_the_database_and_reports_the_required_fields() {
+    let _cache = page_cache_lock();
     let fx = kit::caffe_style(500, 6000, 77);
     let oracle = oracle_lines(&fx);
     let dir = kit::TempDir::new().unwrap();
