@@ -173,7 +173,10 @@ int lmdbio_prepare(MPI_Comm comm, const lmdbio_options *options);
 /* LOCAL. Returns the memory of every kept window (those of closed engines
  * and of lmdbio_prepare) to the system; the communicators and windows stay
  * for the next lmdbio_open, which maps memory again as it uses it (or
- * lmdbio_prepare maps it ahead). An open engine's memory is not touched. */
+ * lmdbio_prepare maps it ahead). An open engine's memory is not touched.
+ * A node's memory goes when the node's first rank calls it (on other ranks
+ * it does nothing), so calling it on every rank is simplest; a rank that
+ * measures its memory after another rank's call needs a barrier first. */
 int lmdbio_release_memory(void);
 
 /* COLLECTIVE. path: a database directory (holding data.mdb) or a data file.
