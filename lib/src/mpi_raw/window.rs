@@ -152,31 +152,12 @@ impl SharedWindow {
     /// Call only while no engine uses the window: the fallback writes a
     /// byte of every page (on the owner; others read one).
     pub fn populate(&self, len: usize) {
-        let Some((at, bytes)) = self.whole_pages(len) else {
-            return;
-        };
-        // SAFETY: [at, at + bytes) lies inside the segment mapped for the
-        // window's life; populating only maps and allocates, leaving the
-        // contents as they are.
-        if unsafe { libc::madvise(at, bytes, libc::MADV_POPULATE_WRITE) } == 0 {
-            return;
-        }
-        let page = 4096;
-        let first = at as *mut u8;
-        for offset in (0..bytes).step_by(page) {
-            // SAFETY: inside the segment as above; no engine reads or
-            // writes the window meanwhile (the caller's contract), and a
-            // window's bytes mean nothing between engines. The owner
-            // writes so its (possibly private) memory gets a page of its
-            // own rather than the shared zero page; others only read.
-            unsafe {
-                let byte = first.add(offset);
-                if self.owner {
-                    std::ptr::write_volatile(byte, 0);
-                } else {
-                    std::ptr::read_volatile(byte);
-                }
-            }
+        if let Some((at, bytes)) = self.whole_pages(len) {
+            // SAFETY: [at, at + bytes) lies inside the segment mapped for
+            // the window's life, and no engine uses the window meanwhile
+            // (the caller's contract), so the fallback's one byte per page
+            // may change.
+            unsafe { map_now(at as *mut u8, bytes, self.owner) };
         }
     }
 
@@ -208,6 +189,42 @@ impl SharedWindow {
     }
 }
 
+/// Maps `[at, at + bytes)` into this process now: one
+/// `MADV_POPULATE_WRITE`, or where the kernel lacks it, a touch of every
+/// 4 KiB. `write`: the fallback writes a zero byte per page, so private
+/// memory gets pages of its own rather than the shared zero page;
+/// otherwise it only reads (shared memory allocates on a read too).
+///
+/// # Safety
+/// The range is mapped readable and writable, and nothing else reads or
+/// writes it meanwhile; its contents may change where `write` is set.
+unsafe fn map_now(at: *mut u8, bytes: usize, write: bool) {
+    // SAFETY: per the contract; populating only maps and allocates.
+    if unsafe { libc::madvise(at as *mut libc::c_void, bytes, libc::MADV_POPULATE_WRITE) } == 0 {
+        return;
+    }
+    // SAFETY: per the contract.
+    unsafe { touch_pages(at, bytes, write) }
+}
+
+/// The fallback of [`map_now`].
+///
+/// # Safety
+/// As for [`map_now`].
+unsafe fn touch_pages(at: *mut u8, bytes: usize, write: bool) {
+    for offset in (0..bytes).step_by(4096) {
+        // SAFETY: inside the range, per the contract.
+        unsafe {
+            let byte = at.add(offset);
+            if write {
+                std::ptr::write_volatile(byte, 0);
+            } else {
+                std::ptr::read_volatile(byte);
+            }
+        }
+    }
+}
+
 impl Drop for SharedWindow {
     fn drop(&mut self) {
         if super::is_initialized() {
@@ -218,6 +235,72 @@ impl Drop for SharedWindow {
                 ffi::MPI_Win_unlock_all(self.win);
                 ffi::MPI_Win_free(&mut self.win);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages of `[at, at + len)` that are resident (`mincore`).
+    fn resident(at: *mut u8, len: usize) -> usize {
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: a mapping of len bytes made by the test; vec holds a
+        // byte per page.
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    /// Private and shared anonymous memory of `pages` pages, unmapped on
+    /// drop.
+    struct Mapping(*mut u8, usize);
+    impl Mapping {
+        fn new(pages: usize, shared: bool) -> Mapping {
+            let len = pages * 4096;
+            let kind = if shared {
+                libc::MAP_SHARED
+            } else {
+                libc::MAP_PRIVATE
+            };
+            // SAFETY: a fresh anonymous mapping.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    kind | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            Mapping(at as *mut u8, len)
+        }
+    }
+    impl Drop for Mapping {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in new.
+            unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+        }
+    }
+
+    #[test]
+    fn memory_is_resident_after_mapping_it_now_and_after_the_fallback() {
+        for shared in [false, true] {
+            let m = Mapping::new(64, shared);
+            assert_eq!(resident(m.0, m.1), 0, "fresh memory is not resident");
+            // SAFETY: the test's own mapping, used by nothing else.
+            unsafe { map_now(m.0, m.1, true) };
+            assert_eq!(resident(m.0, m.1), 64, "shared {shared}: after map_now");
+
+            let m = Mapping::new(64, shared);
+            // Writing gives private memory pages of its own; reading
+            // allocates shared memory.
+            // SAFETY: as above.
+            unsafe { touch_pages(m.0, m.1, !shared) };
+            assert_eq!(resident(m.0, m.1), 64, "shared {shared}: after touching");
         }
     }
 }
