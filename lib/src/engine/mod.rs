@@ -851,13 +851,31 @@ impl Engine {
             Some(p) if p.first_step == first => p,
             _ => self.start_round(first)?,
         };
-        let round = self.finish_round(pending)?;
-        let next = round.first_step + round.steps;
-        self.round = Some(round);
+        let next = pending.first_step + pending.steps;
         let more = self.options.step_limit.is_none_or(|limit| next < limit);
-        if self.options.overlap && more {
-            self.pending = Some(self.start_round(next)?);
-        }
+        let read_ahead = self.options.overlap && more;
+        // Once reading is under way, the read after this round is started
+        // before this round's agreement: that agreement waits for the
+        // slowest node's reads, and a node waiting there left its storage
+        // idle (up to a fifth of the run at eight one-rank nodes;
+        // docs/PERFORMANCE.md). The half it reads into is free: every rank
+        // has left the round before (start_round agrees first). Collective
+        // reads keep their order, as two collective calls in flight on one
+        // file from two threads would not match across ranks; the first
+        // round waits alone, so the first batch does not share the disk.
+        let early = read_ahead && self.counters.rounds > 0 && !self.options.collective;
+        let started_early = if early {
+            Some(self.start_round(next)?)
+        } else {
+            None
+        };
+        let round = self.finish_round(pending)?;
+        self.round = Some(round);
+        self.pending = match started_early {
+            Some(p) => Some(p),
+            None if read_ahead => Some(self.start_round(next)?),
+            None => None,
+        };
         Ok(())
     }
 

@@ -1,0 +1,43 @@
+#!/bin/bash
+# The next round's read started before the current round's agreement (new)
+# against after it (old: aa323d0, built with `cargo build --release -p
+# lmdbio-tools --target-dir target/old` from a worktree of that commit).
+# Alternating invocations, one full cycle of the balanced order each (raw,
+# raw-node, lmdbio x 6), cold, default settings, MPICH. Run from the
+# repository root.
+set -eu
+out=docs/bench/read-before-agreement
+db=target/bench-data/image-7700
+methods="--method raw --method raw-node --method lmdbio --repeat 6 --cold"
+for i in 1 2; do
+  for point in "8 1" "4 1" "2 2" "8 2"; do
+    set -- $point
+    for build in old new; do
+      bin=target/release/lmdbio
+      [ $build = old ] && bin=target/old/release/lmdbio
+      mpiexec.mpich -n $1 $bin bench --ranks-per-node $2 $methods \
+        --json $out/$build-p$1-k$2-$i.json $db >/dev/null
+    done
+  done
+done
+python3 - $out <<'PY'
+import glob, json, statistics, sys
+out = sys.argv[1]
+rows = {}
+for path in sorted(glob.glob(f"{out}/*-p*-k*-*.json")):
+    build, p, k, i = path.split("/")[-1][:-5].split("-")
+    doc = json.load(open(path))
+    run = {r["method"]: r for r in doc["runs"]}
+    l = run["lmdbio"]
+    agree = statistics.median(r["agreement_wait_s_per_rank"] for r in doc["all_runs"] if r["method"] == "lmdbio")
+    rows.setdefault((int(p[1:]), int(k[1:]), build), []).append(
+        (l["ratio_to_raw"], l["mb_per_s"], max(run["raw"]["mb_per_s"], run["raw-node"]["mb_per_s"]),
+         l["time_to_first_batch_s"], agree))
+with open(f"{out}/summary.md", "w") as f:
+    f.write("| P | ranks/node | build | lmdbio / limit, each invocation | lmdbio MB/s | limit MB/s | first batch (s) | agreement wait (s, median run) |\n")
+    f.write("|---|---|---|---|---|---|---|---|\n")
+    for (p, k, b), v in sorted(rows.items(), key=lambda x: (x[0][0], x[0][1], x[0][2] != "old")):
+        f.write(f"| {p} | {k} | {b} | " + " | ".join(", ".join(fmt.format(r[j]) for r in v)
+                for j, fmt in [(0, "{:.2f}"), (1, "{:.0f}"), (2, "{:.0f}"), (3, "{:.3f}"), (4, "{:.3f}")]) + " |\n")
+print(open(f"{out}/summary.md").read())
+PY
