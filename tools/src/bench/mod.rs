@@ -261,8 +261,10 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
             lmdbio::engine::release_memory();
             world.barrier();
             None
-        } else if args.no_prepare || n == 0 {
+        } else if args.no_prepare {
             None
+        } else if n == 0 {
+            prepare_s
         } else {
             Some(prepare()?)
         };
@@ -311,7 +313,7 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         };
         let process = sys::ProcessCounters::now().since(before);
         let mut run = ctx.summarise(method.name(), args.epochs, &m, process, cache);
-        run.prepare_s = prepared_s.or(prepare_s.filter(|_| n == 0 && method.uses_engine()));
+        run.prepare_s = prepared_s;
         runs.push(run);
         if world.rank() == 0 && args.progress {
             eprintln!(
