@@ -139,6 +139,15 @@ int lmdbio_options_set_direct_io(lmdbio_options *options, int when);
  * reads only when MPI provides MPI_THREAD_MULTIPLE, else when the round
  * starts). */
 int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
+/* The job reads epochs 0..epochs-1 (counted from its first) and stops:
+ * records of later epochs are neither read nor delivered, so under
+ * LMDBIO_TAIL_WRAP the batch reaching into the next epoch comes short,
+ * and lmdbio_step_limit tells how many steps to take. Without it a job of
+ * whole epochs reads up to a batch per rank of the next one. After a batch
+ * it cut short there is no cursor (LMDBIO_ERR_INVALID_ARGUMENT): jobs that
+ * stop at an epoch's end and resume use LMDBIO_TAIL_SHORT. UINT64_MAX
+ * (default): unbounded. */
+int lmdbio_options_set_epoch_limit(lmdbio_options *options, uint64_t epochs);
 /* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
  * values per chunk. Every rank computes the same order. */
 int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t chunk_records);
@@ -185,6 +194,10 @@ int lmdbio_open(MPI_Comm comm, const char *path, const lmdbio_options *options, 
 /* COLLECTIVE: every rank calls it once per step. */
 int lmdbio_next_batch(lmdbio_engine *engine, lmdbio_batch *out);
 int lmdbio_record_count(const lmdbio_engine *engine, uint64_t *out);
+/* The step at which the engine stops: lmdbio_next_batch serves steps before
+ * it and fails after (set by lmdbio_options_set_epoch_limit); UINT64_MAX
+ * when unbounded. Local. */
+int lmdbio_step_limit(const lmdbio_engine *engine, uint64_t *out);
 /* Any out pointer may be NULL. */
 int lmdbio_rank_info(const lmdbio_engine *engine, int *rank, int *ranks, int *node_rank, int *node_size);
 /* Size of an encoded cursor. */

@@ -209,6 +209,8 @@ option_setter!(lmdbio_options_set_read_streams, streams: usize, |o| o.read_strea
     positive(streams, "read streams")?);
 option_setter!(lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
 option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
+option_setter!(lmdbio_options_set_epoch_limit, epochs: u64, |o| o.epoch_limit =
+    (epochs != u64::MAX).then_some(epochs));
 
 fn partition_from(mode: c_int) -> Result<Partition> {
     match mode {
@@ -357,7 +359,7 @@ pub unsafe extern "C" fn lmdbio_cursor_get(
     guard(|| {
         // SAFETY: forwarded from the caller.
         let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
-        let bytes = e.engine.cursor().encode();
+        let bytes = e.engine.cursor()?.encode();
         // SAFETY: forwarded from the caller.
         unsafe {
             copy_out(
@@ -560,6 +562,11 @@ unsafe fn report<T>(
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
     unsafe { report(engine, out, |e| Ok(e.records())) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_step_limit(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
+    unsafe { report(engine, out, |e| Ok(e.step_limit().unwrap_or(u64::MAX))) }
 }
 
 #[no_mangle]

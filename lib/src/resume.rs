@@ -154,6 +154,63 @@ impl JobSchedule {
         }
     }
 
+    /// Steps every rank takes so that every record of epochs `0..epochs`
+    /// reaches its rank: the first step at which no rank has a record of
+    /// those epochs left (the same on every rank, as steps are collective).
+    pub fn steps_for_epochs(&self, epochs: u64) -> u64 {
+        if self.records() == 0 {
+            // One empty batch per epoch, so a job still steps through them.
+            return epochs;
+        }
+        let next = self.remainder.next_epoch;
+        match self.base.tail {
+            // Every rank has the same batch count per epoch: the remainder
+            // takes `remainder_steps`, then each normal epoch as many as
+            // rank 0's (the largest) share.
+            Tail::Short if epochs > next => {
+                self.remainder_steps() + (epochs - next) * self.base.batches_per_epoch()
+            }
+            // Only remainder records are wanted, and they come within its
+            // steps (ranks with a smaller share see empty batches there).
+            Tail::Short => self.first_step_past(epochs, self.remainder_steps()),
+            // Batches are full; an empty one means a rank with no records.
+            Tail::Wrap => self.first_step_past(epochs, u64::MAX),
+        }
+    }
+
+    /// The first step, at most `bound`, from which no rank has a record of
+    /// an epoch before `epochs`. A rank's records never go back an epoch,
+    /// so each rank's step is found by doubling, then bisecting.
+    fn first_step_past(&self, epochs: u64, bound: u64) -> u64 {
+        let done = |rank: u64, t: u64| {
+            let mut first = None;
+            if t < bound {
+                self.for_each_slot(rank, t, |s| {
+                    first.get_or_insert(s.epoch);
+                });
+            }
+            first.is_none_or(|e| e >= epochs)
+        };
+        (0..self.ranks())
+            .map(|rank| {
+                let (mut lo, mut hi) = (0u64, 1u64);
+                while !done(rank, hi) {
+                    hi = hi.saturating_mul(2);
+                }
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if done(rank, mid) {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                lo
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The records rank `rank` receives at step `step`, in delivery order.
     pub fn batch_slots(&self, rank: u64, step: u64) -> Vec<Slot> {
         let mut out = Vec::with_capacity(self.base.batch as usize);
@@ -476,6 +533,69 @@ mod tests {
                         for ranks in [[3, 2, 4], [2, 4, 1], [1, 3, 3], [4, 4, 2], [8, 3, 5]] {
                             for stops in [[0, 0], [1, 2], [3, 1], [5, 7], [13, 4]] {
                                 check_chain(n, b, mode, tail, ranks, stops);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `steps_for_epochs(e)` is the shortest job that delivers every
+    /// record of epochs `0..e`: all of them arrive in its steps, and its
+    /// last step still delivers one of them.
+    fn check_steps_for_epochs(job: &JobSchedule, epochs: u64) {
+        let t = job.steps_for_epochs(epochs);
+        let wanted = |slot: &Slot| slot.epoch < epochs;
+        let mut seen = HashMap::new();
+        deliver(
+            job,
+            &vec![0; job.ranks() as usize],
+            &vec![t; job.ranks() as usize],
+            &mut seen,
+        );
+        for run in job.remainder().runs.iter().filter(|r| r.epoch < epochs) {
+            for position in run.start..run.start + run.len {
+                let slot = Slot {
+                    epoch: run.epoch,
+                    position,
+                };
+                assert_eq!(seen.get(&slot), Some(&1), "{slot:?} within {t} steps");
+            }
+        }
+        for e in job.remainder().next_epoch..epochs {
+            for position in 0..job.records() {
+                let slot = Slot { epoch: e, position };
+                assert_eq!(seen.get(&slot), Some(&1), "{slot:?} within {t} steps");
+            }
+        }
+        if t > 0 && job.records() > 0 {
+            let last = (0..job.ranks()).flat_map(|r| job.batch_slots(r, t - 1));
+            assert!(
+                last.into_iter().any(|s| wanted(&s)),
+                "step {} is needed",
+                t - 1
+            );
+        }
+    }
+
+    #[test]
+    fn steps_for_epochs_is_the_shortest_job_that_delivers_them() {
+        for n in [0u64, 1, 7, 13, 50] {
+            for b in [1u64, 3, 10] {
+                for mode in MODES {
+                    for tail in [Tail::Wrap, Tail::Short] {
+                        for p in [1u64, 2, 3, 8] {
+                            let plain = JobSchedule::plain(Schedule::new(n, p, b, mode, tail));
+                            for epochs in [1, 2, 3] {
+                                check_steps_for_epochs(&plain, epochs);
+                            }
+                            // A re-partitioned job: epoch 0's rest, then normal epochs.
+                            let stopped = vec![1; p as usize];
+                            let rest = plain.rest_after(&stopped);
+                            let job = JobSchedule::new(Schedule::new(n, 3, b, mode, tail), rest);
+                            for epochs in [1, 2] {
+                                check_steps_for_epochs(&job, epochs);
                             }
                         }
                     }

@@ -3,6 +3,9 @@
  * value), and each record delivered exactly once per epoch across ranks.
  * The second epoch runs in a new engine resumed from each rank's cursor,
  * after the kept window's memory was given back.
+ * Then one epoch with the wrap tail and an epoch limit: every record once,
+ * nothing of the next epoch, the step count from lmdbio_step_limit, and no
+ * cursor where the limit cut a rank's last batch short.
  * Also checks that a bad path fails on every rank with a message.
  *
  * usage: mpiexec -n P read_two_epochs DB MANIFEST */
@@ -139,6 +142,61 @@ int main(int argc, char **argv) {
     printf("OK %zu records x 2 epochs on %d ranks; node read %" PRIu64 " bytes in %" PRIu64
            " requests (%" PRIu64 " direct)\n",
            n, size, node.bytes_read, node.read_requests, node.direct_read_requests);
+
+  /* Exactly one epoch under the wrap tail: the batch that would run on
+   * into epoch 1 comes short, and the engine says how many steps to take
+   * (rank 0's contiguous share is the largest). */
+  lmdbio_options *one;
+  CHECK(lmdbio_options_new(&one));
+  CHECK(lmdbio_options_set_batch_size(one, 5));
+  CHECK(lmdbio_options_set_ranks_per_node(one, 2));
+  CHECK(lmdbio_options_set_window_bytes(one, 4 << 20));
+  CHECK(lmdbio_options_set_epoch_limit(one, 1));
+  lmdbio_engine *limited;
+  CHECK(lmdbio_open(MPI_COMM_WORLD, argv[1], one, &limited));
+  uint64_t limit = 0;
+  CHECK(lmdbio_step_limit(limited, &limit));
+  if (limit != steps_per_epoch) {
+    fprintf(stderr, "rank %d: step limit %" PRIu64 ", expected %" PRIu64 "\n", rank, limit,
+            steps_per_epoch);
+    MPI_Abort(MPI_COMM_WORLD, 12);
+  }
+  memset(seen, 0, n * sizeof(int));
+  for (uint64_t step = 0; step < limit; step++) {
+    lmdbio_batch batch;
+    CHECK(lmdbio_next_batch(limited, &batch));
+    for (size_t i = 0; i < batch.count; i++) {
+      const lmdbio_record *r = &batch.records[i];
+      if (r->epoch != 0) MPI_Abort(MPI_COMM_WORLD, 13);
+      check_record(manifest, n, r);
+      seen[r->ordinal]++;
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, seen, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  for (size_t i = 0; i < n; i++) {
+    if (seen[i] != 1) {
+      fprintf(stderr, "epoch-limited: record %zu delivered %d times\n", i, seen[i]);
+      MPI_Abort(MPI_COMM_WORLD, 14);
+    }
+  }
+  lmdbio_batch past;
+  if (lmdbio_next_batch(limited, &past) != LMDBIO_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "rank %d: a step past the limit was served\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 15);
+  }
+  /* This rank's contiguous share; its last batch was cut if the steps'
+   * batches hold more than the share. */
+  uint64_t mine = n / size + ((uint64_t)rank < n % size);
+  unsigned char cut_cursor[LMDBIO_CURSOR_BYTES];
+  size_t cut_len = 0;
+  rc = lmdbio_cursor_get(limited, cut_cursor, sizeof cut_cursor, &cut_len);
+  if ((5 * limit > mine) != (rc == LMDBIO_ERR_INVALID_ARGUMENT)) {
+    fprintf(stderr, "rank %d: cursor after %" PRIu64 " steps of a %" PRIu64 "-record share gave %d (%s)\n",
+            rank, limit, mine, rc, lmdbio_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 16);
+  }
+  CHECK(lmdbio_close(limited));
+  lmdbio_options_free(one);
 
   /* An engine may outlive MPI (a framework's objects destroyed at exit):
    * closing it after MPI_Finalize must neither call MPI nor fail. */

@@ -48,7 +48,7 @@ use crate::mpi_raw::{Comm, RawComm, ReduceOp, ThreadLevel};
 use crate::order::{EpochOrder, Shuffle};
 use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
 use crate::resume::{self, JobSchedule};
-use crate::schedule::{Partition, Schedule, Tail};
+use crate::schedule::{Partition, Schedule, Slot, Tail};
 use crate::values::overflow_header_problem;
 
 /// How the engine reads. Defaults suit a bulk-loaded image database.
@@ -113,6 +113,15 @@ pub struct EngineOptions {
     /// The caller will take at most this many steps: nothing past them is
     /// read ahead, and asking for more is an error. `None`: unbounded.
     pub step_limit: Option<u64>,
+    /// The job reads epochs before this one and stops: records of later
+    /// epochs are neither read nor delivered (under `Tail::Wrap` the batch
+    /// that would reach into the next epoch comes short), and the step
+    /// limit becomes the first step with nothing left of those epochs on
+    /// any rank ([`Engine::step_limit`]). Under `Tail::Wrap` a job of
+    /// whole epochs otherwise reads up to a batch per rank of the next
+    /// epoch; on many ranks that is a large part of an epoch. Epochs count
+    /// from the job's first, as in [`BatchRecord::epoch`]. `None`: unbounded.
+    pub epoch_limit: Option<u64>,
     /// Read the next round into the other half of the window while the
     /// ranks work on the current one, on helper threads (collective reads
     /// only under `MPI_THREAD_MULTIPLE`; without it they are read when the
@@ -139,6 +148,7 @@ impl Default for EngineOptions {
             hints: Vec::new(),
             overlap: true,
             step_limit: None,
+            epoch_limit: None,
             shuffle_seed: None,
             shuffle_chunk: None,
             shuffle_window_chunks: 16,
@@ -358,6 +368,9 @@ pub struct Engine {
     round: Option<Round>,
     batch: Vec<BatchRecord>,
     last_epoch: u64,
+    /// The epoch limit left records out of a batch this rank was handed:
+    /// no step cursor can resume right after it.
+    cut_by_epoch_limit: bool,
     counters: Counters,
     rounds_started: u64,
     /// Runs are planned in whole granules of this many bytes (the page
@@ -460,7 +473,7 @@ impl Drop for Engine {
 impl Engine {
     /// Opens `path` (database directory or data file) on every rank of
     /// `comm`. Collective; any rank's failure fails every rank.
-    pub fn open(comm: RawComm, path: &Path, options: EngineOptions) -> Result<Engine> {
+    pub fn open(comm: RawComm, path: &Path, mut options: EngineOptions) -> Result<Engine> {
         let world = Comm::dup(comm)?;
         let local_check = check_options(&options);
         agree_ok(&world, local_check)?;
@@ -478,6 +491,10 @@ impl Engine {
             && options.collective
             && ThreadLevel::current() == ThreadLevel::Multiple;
         let io = opened.index_io;
+        if let Some(epochs) = options.epoch_limit {
+            let steps = opened.schedule.steps_for_epochs(epochs);
+            options.step_limit = Some(options.step_limit.map_or(steps, |s| s.min(steps)));
+        }
         Ok(Engine {
             pending: None,
             threaded_reads,
@@ -504,6 +521,7 @@ impl Engine {
             round: None,
             batch: Vec::new(),
             last_epoch: 0,
+            cut_by_epoch_limit: false,
             rounds_started: 0,
             plan_granule: opened.plan_granule,
             failed: None,
@@ -618,8 +636,26 @@ impl Engine {
         self.options.step_limit = Some(limit);
     }
 
+    /// The step at which this engine stops (`next_batch` serves steps
+    /// before it), from [`EngineOptions::step_limit`] and
+    /// [`EngineOptions::epoch_limit`]; `None`: unbounded.
+    pub fn step_limit(&self) -> Option<u64> {
+        self.options.step_limit
+    }
+
     /// This rank's position: everything needed to resume exactly here.
-    pub fn cursor(&self) -> Cursor {
+    /// Refused once the epoch limit has cut one of this rank's batches
+    /// short (`Tail::Wrap`): a cursor names whole steps, and resuming
+    /// after that batch would skip the records the limit left out of it.
+    /// Jobs that stop at an epoch's end and resume later use `Tail::Short`.
+    pub fn cursor(&self) -> Result<Cursor> {
+        if self.cut_by_epoch_limit {
+            return Err(Error::InvalidArgument(format!(
+                "no cursor after step {}: the epoch limit ({}) cut a batch short, and resuming after it would skip the records left out (use the short tail for jobs that stop at an epoch's end and resume)",
+                self.step,
+                self.options.epoch_limit.unwrap_or_default()
+            )));
+        }
         let next = self
             .schedule
             .batch_slots(self.world.rank() as u64, self.step);
@@ -627,7 +663,7 @@ impl Engine {
             .first()
             .map_or((self.last_epoch, 0), |s| (s.epoch, s.position));
         let base = self.schedule.base();
-        Cursor {
+        Ok(Cursor {
             rank: self.world.rank() as u32,
             ranks: self.world.size() as u32,
             partition: base.partition,
@@ -639,15 +675,16 @@ impl Engine {
             position,
             database: self.database,
             after_repartition: !self.schedule.remainder().is_none(),
-        }
+        })
     }
 
     /// The job's position: every rank's cursor and the remainder this job
     /// started with. Collective (an allgather); resume any rank count from
     /// it with [`EngineOptions::resume_job`].
     pub fn job_cursor(&self) -> Result<JobCursor> {
+        // Every rank learns if any rank has no cursor, before gathering.
+        let mine = agree_ok(&self.world, self.cursor())?.encode();
         // Gathered as i64 words: a cursor is 13 of them.
-        let mine = self.cursor().encode();
         let words: Vec<i64> = mine
             .chunks(8)
             .map(|w| i64::from_le_bytes(w.try_into().unwrap_or_default()))
@@ -753,7 +790,7 @@ impl Engine {
         let world_rank = self.world.rank() as u64;
         let batch = &mut self.batch;
         let order = &self.order;
-        self.schedule.for_each_slot(world_rank, t, |slot| {
+        let cut = for_each_wanted_slot(&self.schedule, &self.options, world_rank, t, |slot| {
             let ordinal = order.ordinal(slot.epoch, slot.position);
             let e = &entries[ordinal as usize];
             let (at, _) = places[n];
@@ -770,6 +807,7 @@ impl Engine {
         if let Some(first) = self.batch.first() {
             self.last_epoch = first.epoch;
         }
+        self.cut_by_epoch_limit |= cut;
         self.counters.records_delivered += self.batch.len() as u64;
         self.counters.bytes_delivered += delivered;
         self.step += 1;
@@ -784,7 +822,7 @@ impl Engine {
         let mut owners = Vec::new();
         for s in 0..k {
             for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
-                self.schedule.for_each_slot(rank, first + s, |slot| {
+                for_each_wanted_slot(&self.schedule, &self.options, rank, first + s, |slot| {
                     let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
                     spans.push(entries[ordinal].span());
                     owners.push(SpanOwner {
@@ -818,9 +856,11 @@ impl Engine {
             .options
             .step_limit
             .map_or(u64::MAX, |l| l.saturating_sub(first));
+        // And down again toward a known end: nothing is read while the
+        // ranks work on the last round, so it should be short.
         let mut k = (self.options.prefetch.max(1) as u64)
             .min(ramp)
-            .min(left)
+            .min(left.div_ceil(2))
             .max(1);
         loop {
             let round = self.plan_round(first, k);
@@ -1114,6 +1154,29 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Rank `rank`'s records at step `step` that the job reads: all of them
+/// but those at or past the epoch limit. Reading (`round_spans`) and
+/// delivering (`advance`) both go through here, so a batch's placements
+/// line up with its records. Returns whether the limit left any out.
+fn for_each_wanted_slot(
+    schedule: &JobSchedule,
+    options: &EngineOptions,
+    rank: u64,
+    step: u64,
+    mut f: impl FnMut(Slot),
+) -> bool {
+    let limit = options.epoch_limit.unwrap_or(u64::MAX);
+    let mut left_out = false;
+    schedule.for_each_slot(rank, step, |slot| {
+        if slot.epoch < limit {
+            f(slot)
+        } else {
+            left_out = true;
+        }
+    });
+    left_out
 }
 
 /// Steps per round by default. Longer rounds mean fewer agreements and

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::progress::Progress;
 use super::report::Measurement;
-use super::{hex, steps_for_epochs, touch, Args};
+use super::{hex, touch, Args};
 use crate::CommandError;
 
 pub fn run(
@@ -34,9 +34,11 @@ pub fn run(
     }
     let opened = Instant::now();
     let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
-    // The steps this run takes follow from the schedule (which needs the
-    // record count); telling the engine keeps it from reading past them.
-    let total = steps_for_epochs(engine.schedule(), args.epochs);
+    // The engine works out the steps that deliver the epochs asked for
+    // (options.epoch_limit) and reads nothing of later epochs.
+    let total = engine.step_limit().ok_or_else(|| {
+        lmdbio::Error::Internal("an engine opened with an epoch limit has no step limit".into())
+    })?;
     let first_step = engine.step();
     let last = args.stop_after.map_or(total, |k| total.min(first_step + k));
     engine.set_step_limit(last);
@@ -63,7 +65,11 @@ pub fn run(
             // Touch every byte so no method wins by not reading.
             checksum = touch(checksum, value);
             if rec.epoch >= args.epochs {
-                continue;
+                return Err(lmdbio::Error::Internal(format!(
+                    "a record of epoch {} was delivered past the epoch limit {}",
+                    rec.epoch, args.epochs
+                ))
+                .into());
             }
             m.delivered_bytes += value.len() as u64;
             m.records += 1;

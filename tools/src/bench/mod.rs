@@ -14,7 +14,6 @@ mod sys;
 use std::path::PathBuf;
 
 use lmdbio::engine::{DirectIo, EngineOptions};
-use lmdbio::resume::JobSchedule;
 use lmdbio::schedule::{Partition, Tail};
 use lmdbio::CoalesceOptions;
 use mpi::traits::*;
@@ -89,7 +88,8 @@ pub struct Args {
     /// JSON): on a shared machine one run of each says little.
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat: usize,
-    /// Epochs to read (every record of an epoch once across all ranks).
+    /// Epochs to read (every record of an epoch once across all ranks;
+    /// lmdbio reads nothing of later epochs, see EngineOptions::epoch_limit).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Records per batch per rank.
@@ -386,6 +386,7 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         hints,
         overlap: !args.no_overlap,
         step_limit: None,
+        epoch_limit: Some(args.epochs),
         shuffle_seed: args.shuffle,
         shuffle_chunk: args.shuffle_chunk,
         shuffle_window_chunks: args.shuffle_window,
@@ -393,39 +394,6 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         resume_job: None,
         repartition: false,
     })
-}
-
-/// Steps every rank must take so that every record of epochs `0..epochs`
-/// reaches its rank (collective calls: all ranks take the same number).
-pub(crate) fn steps_for_epochs(s: &JobSchedule, epochs: u64) -> u64 {
-    if s.records() == 0 {
-        return epochs;
-    }
-    let done = |rank: u64, t: u64| {
-        let slots = s.batch_slots(rank, t);
-        slots.is_empty() && s.base().tail == Tail::Wrap
-            || slots.first().is_some_and(|x| x.epoch >= epochs)
-    };
-    (0..s.ranks())
-        .map(|rank| {
-            // Slots never go back an epoch, so search for the first step
-            // that starts at or past `epochs`.
-            let (mut lo, mut hi) = (0u64, 1u64);
-            while !done(rank, hi) {
-                hi *= 2;
-            }
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if done(rank, mid) {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            lo
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// Folds every byte of `bytes` into `h`, so no method wins by not reading
