@@ -1012,12 +1012,11 @@ fn node_setup_and_window_memory_are_kept_between_engines() {
     let made = |r: &serde_json::Value| r["setup_made"].as_u64().unwrap();
     let is_engine = |r: &&serde_json::Value| r["method"] != "raw";
     let faults = |r: &serde_json::Value| r["minor_faults_per_rank"].as_f64().unwrap();
-    // The values take 59 MB of window here: 14,400 pages. A run is three
-    // steps of 64 records per rank, read in rounds of one step (the ramp
-    // up meets the ramp down), the third into the first's half again: two
-    // steps of both ranks land in fresh pages, 128 values of 48 pages.
+    // The values take 59 MB of window here: 14,400 pages (300 of 48). A
+    // run reads them in two rounds, one step and then two, into the two
+    // halves of the window, so each lands in a page no earlier round used.
     let window_pages = 14_400.0;
-    let fresh_pages = 2.0 * 128.0 * 48.0;
+    let fresh_pages = 0.95 * window_pages;
 
     // Left to the first open: it makes communicators and window, no later
     // open makes either.

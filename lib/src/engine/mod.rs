@@ -856,11 +856,9 @@ impl Engine {
             .options
             .step_limit
             .map_or(u64::MAX, |l| l.saturating_sub(first));
-        // And down again toward a known end: nothing is read while the
-        // ranks work on the last round, so it should be short.
         let mut k = (self.options.prefetch.max(1) as u64)
             .min(ramp)
-            .min(left.div_ceil(2))
+            .min(left)
             .max(1);
         loop {
             let round = self.plan_round(first, k);

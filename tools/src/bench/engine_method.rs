@@ -34,6 +34,7 @@ pub fn run(
     }
     let opened = Instant::now();
     let mut engine = Engine::open(world.as_raw(), &args.db, options)?;
+    let open_s = opened.elapsed().as_secs_f64();
     // The engine works out the steps that deliver the epochs asked for
     // (options.epoch_limit) and reads nothing of later epochs.
     let total = engine.step_limit().ok_or_else(|| {
@@ -54,6 +55,7 @@ pub fn run(
     };
     let mut m = Measurement {
         records_in_db: engine.records(),
+        open_s,
         ..Default::default()
     };
     let mut checksum = 0u64;

@@ -14,6 +14,8 @@ pub struct Measurement {
     pub delivered_bytes: u64,
     pub records: u64,
     pub first_s: f64,
+    /// Opening the engine (lmdbio only; 0 elsewhere): part of `first_s`.
+    pub open_s: f64,
     pub seconds: f64,
     /// Bytes this rank read from the file (the engine's count, the raw
     /// reader's, or what the kernel fetched for an mmap reader).
@@ -122,6 +124,7 @@ impl<'w> Context<'w> {
             mb_per_s,
             records_per_s: self.sum(m.records as f64) / seconds.max(1e-9),
             time_to_first_batch_s: self.max(m.first_s),
+            open_s: Some(self.max(m.open_s)).filter(|&s| s > 0.0),
             seconds,
             bytes_delivered: bytes as u64,
             bytes_read_per_node: self.sum(m.bytes_read as f64) / nodes,
@@ -160,6 +163,9 @@ pub struct Run {
     pub mb_per_s: f64,
     pub records_per_s: f64,
     pub time_to_first_batch_s: f64,
+    /// The slowest rank's `Engine::open` (lmdbio only): file, index and
+    /// start point; the rest of the time to the first batch is its read.
+    pub open_s: Option<f64>,
     pub seconds: f64,
     pub bytes_delivered: u64,
     pub bytes_read_per_node: f64,
