@@ -1,44 +1,11 @@
 #!/bin/bash
-# The epoch limit (the bench now asks the engine for exactly --epochs
-# epochs, so the last batch of each rank no longer reads records of the
-# next epoch that the bench threw away) and rounds that shrink again toward
-# a known end (new) against e69a5aa (old, built with `cargo build --release
-# -p lmdbio-tools --target-dir target/old` from a worktree of that commit).
-# Alternating invocations, one full cycle of the balanced order each (raw,
-# raw-node, lmdbio x 6), cold, default settings, MPICH. Run from the
+# The epoch limit (the bench asks the engine for exactly --epochs epochs, so
+# each rank's last batch no longer reads records of the next epoch that the
+# bench threw away), together with rounds that shrink toward a known end
+# (taken out again after docs/bench/ramp-down), at 1b4a011 (new) against
+# e69a5aa (old, built with `cargo build --release -p lmdbio-tools
+# --target-dir target/old` from a worktree of that commit). Run from the
 # repository root.
 set -eu
-out=docs/bench/epoch-limit
-db=target/bench-data/image-7700
-methods="--method raw --method raw-node --method lmdbio --repeat 6 --cold"
-for i in ${PAIRS:-1 2}; do
-  for point in "8 1" "4 1" "2 2" "8 2" "2 1"; do
-    set -- $point
-    for build in old new; do
-      bin=target/release/lmdbio
-      [ $build = old ] && bin=target/old/release/lmdbio
-      mpiexec.mpich -n $1 $bin bench --ranks-per-node $2 $methods \
-        --json $out/$build-p$1-k$2-$i.json $db >/dev/null
-    done
-  done
-done
-python3 - $out <<'PY'
-import glob, json, statistics, sys
-out = sys.argv[1]
-rows = {}
-for path in sorted(glob.glob(f"{out}/*-p*-k*-*.json")):
-    build, p, k, i = path.split("/")[-1][:-5].split("-")
-    doc = json.load(open(path))
-    run = {r["method"]: r for r in doc["runs"]}
-    l = run["lmdbio"]
-    rows.setdefault((int(p[1:]), int(k[1:]), build), []).append(
-        (l["ratio_to_raw"], l["mb_per_s"], max(run["raw"]["mb_per_s"], run["raw-node"]["mb_per_s"]),
-         l["bytes_read_per_node"] / 2**20, l["rounds"]))
-with open(f"{out}/summary.md", "w") as f:
-    f.write("| P | ranks/node | build | lmdbio / limit, each invocation | lmdbio MB/s | limit MB/s | read per node (MiB) | rounds |\n")
-    f.write("|---|---|---|---|---|---|---|---|\n")
-    for (p, k, b), v in sorted(rows.items(), key=lambda x: (x[0][0], x[0][1], x[0][2] != "old")):
-        f.write(f"| {p} | {k} | {b} | " + " | ".join(", ".join(fmt.format(r[j]) for r in v)
-                for j, fmt in [(0, "{:.2f}"), (1, "{:.0f}"), (2, "{:.0f}"), (3, "{:.1f}"), (4, "{}")]) + " |\n")
-print(open(f"{out}/summary.md").read())
-PY
+POINTS="8:1 4:1 2:2 8:2 2:1" scripts/bench-ab.sh docs/bench/epoch-limit \
+  target/old/release/lmdbio target/release/lmdbio

@@ -59,6 +59,7 @@ pub fn run(
         ..Default::default()
     };
     let mut checksum = 0u64;
+    let mut past_limit = 0u64;
     for step in first_step..last {
         progress.update(step - first_step, last - first_step, m.delivered_bytes);
         let batch = engine.next_batch()?;
@@ -67,11 +68,10 @@ pub fn run(
             // Touch every byte so no method wins by not reading.
             checksum = touch(checksum, value);
             if rec.epoch >= args.epochs {
-                return Err(lmdbio::Error::Internal(format!(
-                    "a record of epoch {} was delivered past the epoch limit {}",
-                    rec.epoch, args.epochs
-                ))
-                .into());
+                // Counted and agreed on after the loop: returning here
+                // would leave the other ranks in the next collective step.
+                past_limit += 1;
+                continue;
             }
             m.delivered_bytes += value.len() as u64;
             m.records += 1;
@@ -94,6 +94,19 @@ pub fn run(
         if args.compute_ms > 0.0 {
             std::thread::sleep(std::time::Duration::from_secs_f64(args.compute_ms / 1e3));
         }
+    }
+    let mut past_limit_anywhere = 0u64;
+    world.all_reduce_into(
+        &past_limit,
+        &mut past_limit_anywhere,
+        mpi::collective::SystemOperation::sum(),
+    );
+    if past_limit_anywhere > 0 {
+        return Err(lmdbio::Error::Internal(format!(
+            "{past_limit_anywhere} records of epochs past the limit {} were delivered",
+            args.epochs
+        ))
+        .into());
     }
     if let Some(mut t) = trace {
         t.flush()?;
