@@ -790,20 +790,26 @@ impl Engine {
         let world_rank = self.world.rank() as u64;
         let batch = &mut self.batch;
         let order = &self.order;
-        let cut = for_each_wanted_slot(&self.schedule, &self.options, world_rank, t, |slot| {
-            let ordinal = order.ordinal(slot.epoch, slot.position);
-            let e = &entries[ordinal as usize];
-            let (at, _) = places[n];
-            let header = if e.is_overflow() { PAGEHDRSZ as u64 } else { 0 };
-            batch.push(BatchRecord {
-                ordinal,
-                epoch: slot.epoch,
-                key: (e.key_start as usize, e.key_len as usize),
-                value: ((at + header) as usize, e.value_len as usize),
-            });
-            delivered += e.value_len as u64;
-            n += 1;
-        });
+        let cut = for_each_wanted_slot(
+            &self.schedule,
+            self.options.epoch_limit,
+            world_rank,
+            t,
+            |slot| {
+                let ordinal = order.ordinal(slot.epoch, slot.position);
+                let e = &entries[ordinal as usize];
+                let (at, _) = places[n];
+                let header = if e.is_overflow() { PAGEHDRSZ as u64 } else { 0 };
+                batch.push(BatchRecord {
+                    ordinal,
+                    epoch: slot.epoch,
+                    key: (e.key_start as usize, e.key_len as usize),
+                    value: ((at + header) as usize, e.value_len as usize),
+                });
+                delivered += e.value_len as u64;
+                n += 1;
+            },
+        );
         if let Some(first) = self.batch.first() {
             self.last_epoch = first.epoch;
         }
@@ -822,15 +828,21 @@ impl Engine {
         let mut owners = Vec::new();
         for s in 0..k {
             for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
-                for_each_wanted_slot(&self.schedule, &self.options, rank, first + s, |slot| {
-                    let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
-                    spans.push(entries[ordinal].span());
-                    owners.push(SpanOwner {
-                        step: s as usize,
-                        member: m,
-                        ordinal,
-                    });
-                });
+                for_each_wanted_slot(
+                    &self.schedule,
+                    self.options.epoch_limit,
+                    rank,
+                    first + s,
+                    |slot| {
+                        let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
+                        spans.push(entries[ordinal].span());
+                        owners.push(SpanOwner {
+                            step: s as usize,
+                            member: m,
+                            ordinal,
+                        });
+                    },
+                );
             }
         }
         (spans, owners)
@@ -1160,12 +1172,12 @@ impl Engine {
 /// line up with its records. Returns whether the limit left any out.
 fn for_each_wanted_slot(
     schedule: &JobSchedule,
-    options: &EngineOptions,
+    epoch_limit: Option<u64>,
     rank: u64,
     step: u64,
     mut f: impl FnMut(Slot),
 ) -> bool {
-    let limit = options.epoch_limit.unwrap_or(u64::MAX);
+    let limit = epoch_limit.unwrap_or(u64::MAX);
     let mut left_out = false;
     schedule.for_each_slot(rank, step, |slot| {
         if slot.epoch < limit {
