@@ -554,18 +554,16 @@ mod tests {
             &vec![t; job.ranks() as usize],
             &mut seen,
         );
-        for run in job.remainder().runs.iter().filter(|r| r.epoch < epochs) {
-            for position in run.start..run.start + run.len {
-                let slot = Slot {
-                    epoch: run.epoch,
-                    position,
-                };
-                assert_eq!(seen.get(&slot), Some(&1), "{slot:?} within {t} steps");
-            }
-        }
-        for e in job.remainder().next_epoch..epochs {
-            for position in 0..job.records() {
-                let slot = Slot { epoch: e, position };
+        // The remainder's runs, then every position of each normal epoch.
+        let runs = job
+            .remainder()
+            .runs
+            .iter()
+            .map(|r| (r.epoch, r.start..r.start + r.len));
+        let normal = (job.remainder().next_epoch..epochs).map(|e| (e, 0..job.records()));
+        for (epoch, positions) in runs.chain(normal).filter(|(e, _)| *e < epochs) {
+            for position in positions {
+                let slot = Slot { epoch, position };
                 assert_eq!(seen.get(&slot), Some(&1), "{slot:?} within {t} steps");
             }
         }
