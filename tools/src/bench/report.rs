@@ -139,6 +139,7 @@ impl<'w> Context<'w> {
             read_wait_s_per_rank: self.max(m.read_wait_s),
             agreement_wait_s_per_rank: self.max(m.agreement_wait_s),
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
+            cpu_s_per_node: self.sum(process.cpu_s) / nodes,
             major_faults_per_rank: self.max(process.major_faults as f64),
             minor_faults_per_rank: self.max(process.minor_faults as f64),
             peak_rss_mib_per_rank: self.max(process.peak_rss_kib as f64) / 1024.0,
@@ -192,6 +193,9 @@ pub struct Run {
     pub agreement_wait_s_per_rank: f64,
     /// What the kernel read from storage for the node's ranks.
     pub storage_read_bytes_per_node: f64,
+    /// CPU time (user and system, every thread) the node's ranks used from
+    /// before the run's open to after its last batch.
+    pub cpu_s_per_node: f64,
     pub major_faults_per_rank: f64,
     pub minor_faults_per_rank: f64,
     /// Largest peak RSS of any rank during this method (the kernel's

@@ -16,6 +16,8 @@ pub struct ProcessCounters {
     pub peak_rss_kib: u64,
     /// Bytes this process caused to be read from storage (`/proc/self/io`).
     pub storage_read_bytes: u64,
+    /// User plus system CPU time of all the process's threads (seconds).
+    pub cpu_s: f64,
 }
 
 impl ProcessCounters {
@@ -38,6 +40,7 @@ impl ProcessCounters {
             minor_faults: usage.ru_minflt as u64,
             peak_rss_kib: peak_rss_since_reset().unwrap_or(usage.ru_maxrss as u64),
             storage_read_bytes,
+            cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
         }
     }
 
@@ -50,8 +53,13 @@ impl ProcessCounters {
             storage_read_bytes: self
                 .storage_read_bytes
                 .saturating_sub(before.storage_read_bytes),
+            cpu_s: self.cpu_s - before.cpu_s,
         }
     }
+}
+
+fn seconds(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
 }
 
 /// Starts a new peak-RSS measurement for this process (Linux: writing 5
