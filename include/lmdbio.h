@@ -119,8 +119,9 @@ int lmdbio_options_set_stagger(lmdbio_options *options, size_t readers_at_once);
  * MPI-IO may aggregate across nodes (enable collective buffering with the
  * romio_cb_read hint; lmdbio's default hints switch it off). */
 int lmdbio_options_set_collective(lmdbio_options *options, int collective);
-/* Threads each reader reads with, independent reads only (default 2): the
- * requests a reader keeps in flight. */
+/* Threads each reader reads with, independent reads only: the requests a
+ * reader keeps in flight. Default: two per machine, shared among the
+ * readers on it (at least one each). */
 int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
 /* Independent reads around the kernel's page cache (direct I/O, straight
  * into the shared window). LMDBIO_DIRECT_IO_NEVER (default): always through

@@ -124,3 +124,68 @@ fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
         assert_c_program_passes(&exe, &fx, &manifest, n);
     }
 }
+
+#[test]
+fn a_database_damaged_mid_job_fails_every_rank_at_the_same_step() {
+    let work = kit::TempDir::new().unwrap();
+    let exe = compile("damaged_mid_job", work.path());
+    let fx = kit::caffe_style(400, 3000, 90);
+    let manifest = write_manifest(&fx, work.path());
+    let data = lmdbio::data_file_path(&fx.path).unwrap();
+    let db = lmdbio::Database::open(&data).unwrap();
+    let index = db
+        .build_index(&db.main_tree().unwrap(), &lmdbio::IndexOptions::default())
+        .unwrap();
+    assert_eq!(index.len(), 400);
+    // Four ranks, batches of 4, contiguous shares of 100: record 125 is
+    // rank 1's at step 6, read well after the damage at step 0 (rounds of
+    // at most two steps, one read ahead).
+    let target = &index.entries[100 + 6 * 4 + 1];
+    assert!(target.is_overflow());
+    let header = target.value_offset - 16;
+    // Ranks per node, readers per node, collective reads.
+    let shapes = [(1, 1, 0), (2, 1, 0), (2, 2, 0), (2, 1, 1)];
+    for mode in ["damage", "truncate"] {
+        for (k, readers, collective) in shapes {
+            let what =
+                format!("{mode}, {k} ranks per node, {readers} readers, collective {collective}");
+            let dir = work
+                .path()
+                .join(format!("{mode}-{k}-{readers}-{collective}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::copy(&data, dir.join("data.mdb")).unwrap();
+            let mut cmd = kit::mpiexec(4, &exe);
+            cmd.arg(&dir)
+                .arg(&manifest)
+                .arg(mode)
+                .arg(header.to_string());
+            cmd.args([k, readers, collective].map(|v| v.to_string()));
+            let out = kit::run_bounded(cmd);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{what}:\n{stdout}\n{stderr}");
+            let line = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("FAILED_AT "))
+                .unwrap_or_else(|| panic!("{what}: no result line:\n{stdout}\n{stderr}"));
+            let (step, code) = line.split_once(' ').unwrap();
+            let (step, code): (i64, i32) = (step.parse().unwrap(), code.parse().unwrap());
+            if mode == "damage" {
+                // Seen when the record's value arrives, on its rank, and
+                // agreed by all: LMDBIO_ERR_CORRUPT naming the page.
+                assert_eq!((step, code), (6, 5), "{what}:\n{stderr}");
+                let pgno = header / u64::from(db.page_size());
+                assert!(
+                    stderr.contains(&format!("corrupt database at page {pgno}")),
+                    "{what}:\n{stderr}"
+                );
+            } else {
+                // The nodes whose reads reach past the cut fail; the
+                // earliest of their steps fails everywhere:
+                // LMDBIO_ERR_TRUNCATED.
+                assert!((1..=6).contains(&step), "{what}: step {step}:\n{stderr}");
+                assert_eq!(code, 3, "{what}:\n{stderr}");
+            }
+        }
+    }
+}

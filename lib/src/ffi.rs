@@ -206,7 +206,7 @@ option_setter!(lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger
     (readers_at_once > 0).then_some(readers_at_once));
 option_setter!(lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
 option_setter!(lmdbio_options_set_read_streams, streams: usize, |o| o.read_streams =
-    positive(streams, "read streams")?);
+    Some(positive(streams, "read streams")?));
 option_setter!(lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
 option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
 option_setter!(lmdbio_options_set_epoch_limit, epochs: u64, |o| o.epoch_limit =

@@ -32,8 +32,10 @@
 //!    shared windows), every return code checked.
 //! 9. [`engine`]: nodes, readers, the index in node-shared memory, rounds of
 //!    coalesced MPI-IO reads (independent by default, collective on request)
-//!    into a shared window, zero-copy batches,
-//!    and one agreement per collective step so failures reach every rank.
+//!    into a shared window, each step served as soon as its own bytes are
+//!    in (the readers publish their progress in the window), zero-copy
+//!    batches, and one agreement per collective step so failures reach
+//!    every rank.
 //!    The node's communicators and window are made once and kept between
 //!    engines, the window with its memory mapped ([`engine::topology`],
 //!    [`engine::prepare`], [`engine::release_memory`]).

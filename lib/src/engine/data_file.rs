@@ -2,7 +2,8 @@
 //!
 //! * Independent reads (the default): the reader opens the file on its own
 //!   and reads its runs with positioned reads (`pread`) on a few threads,
-//!   each taking a contiguous share of the round. Several requests in
+//!   each taking the next run in the order the round's steps need them
+//!   (see [`super::step_ready`]). Several requests in
 //!   flight is what a single reader needs to keep up with storage that
 //!   serves parallel streams faster than one: measured here, two streams
 //!   delivered 1.1–1.6× what ROMIO's independent reads did with one handle
@@ -18,7 +19,8 @@
 //!   when its hints enable collective buffering.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
@@ -49,6 +51,9 @@ pub enum DirectIo {
     /// does not support it.
     Always,
 }
+
+/// Told how many runs at the head of the read order are complete.
+pub(crate) type RunsDone<'a> = dyn Fn(usize) + Sync + 'a;
 
 /// What one call to [`DataFile::read_runs`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -134,25 +139,33 @@ impl DataFile {
         }
     }
 
-    /// Reads `runs` (packed back to back into `dest`): on `streams` threads
-    /// for a file of the reader's own, directly or through the page cache
-    /// (see [`DirectIo`]); collectively (every reader calls this the same
-    /// number of times) for a shared one.
+    /// Reads `runs` (packed back to back into `dest` in file order): on
+    /// `streams` threads taking them in `order` (indices into `runs`) for
+    /// a file of the reader's own, directly or through the page cache (see
+    /// [`DirectIo`]); collectively (every reader calls this the same
+    /// number of times) for a shared one. `progress` hears how many runs
+    /// at the head of `order` are complete, as they complete (a collective
+    /// read completes all at once).
     pub(crate) fn read_runs(
         &self,
         runs: &[ReadRun],
+        order: &[usize],
         dest: WindowRange,
         streams: usize,
+        progress: &RunsDone<'_>,
     ) -> Result<RunsRead> {
         match self {
-            DataFile::Own(f) => f.read_runs(runs, dest, streams),
+            DataFile::Own(f) => f.read_runs(runs, order, dest, streams, progress),
             // SAFETY: dest is valid for its length and untouched by anyone
             // else until this returns (WindowRange::new's contract).
-            DataFile::Shared(f) => unsafe { f.read_runs_collectively(runs, dest.ptr, dest.len) }
-                .map(|requests| RunsRead {
+            DataFile::Shared(f) => {
+                let requests = unsafe { f.read_runs_collectively(runs, dest.ptr, dest.len) }?;
+                progress(runs.len());
+                Ok(RunsRead {
                     requests,
                     direct_requests: 0,
-                }),
+                })
+            }
         }
     }
 
@@ -166,12 +179,19 @@ impl DataFile {
 }
 
 impl OwnFile {
-    fn read_runs(&self, runs: &[ReadRun], dest: WindowRange, streams: usize) -> Result<RunsRead> {
+    fn read_runs(
+        &self,
+        runs: &[ReadRun],
+        order: &[usize],
+        dest: WindowRange,
+        streams: usize,
+        progress: &RunsDone<'_>,
+    ) -> Result<RunsRead> {
         let requests = runs.len() as u64;
         let mut refused = 0;
         if self.wants_direct(runs, dest)? {
             self.source.set_direct(true)?;
-            match read_on_streams(&self.source, runs, dest, streams) {
+            match read_on_streams(&self.source, runs, order, dest, streams, progress) {
                 Ok(()) => {
                     return Ok(RunsRead {
                         requests,
@@ -186,7 +206,8 @@ impl OwnFile {
                     // (some network file systems): read this and every
                     // later round through the cache, counting the refused
                     // requests (at most: the attempt may have stopped
-                    // early).
+                    // early). Runs it completed were published and stay
+                    // valid; reading them again rewrites the same bytes.
                     self.direct_refused.store(true, Ordering::Relaxed);
                     refused = requests;
                 }
@@ -198,7 +219,7 @@ impl OwnFile {
         if self.direct.is_some() {
             self.source.set_direct(false)?;
         }
-        read_on_streams(&self.source, runs, dest, streams)?;
+        read_on_streams(&self.source, runs, order, dest, streams, progress)?;
         Ok(RunsRead {
             requests: requests + refused,
             direct_requests: 0,
@@ -310,14 +331,18 @@ impl WindowRange {
     }
 }
 
-/// Reads `runs` (packed back to back into `dest`) with `streams` threads,
-/// each taking a contiguous share of about equal bytes; one request per
-/// run.
+/// Reads `runs` (packed back to back into `dest` in file order) with
+/// `streams` threads, each taking the next run of `order` (indices into
+/// `runs`) as it finishes one; one request per run. Taking runs in order
+/// keeps the head of `order` complete first, which is what `progress`
+/// reports after every run.
 fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
+    order: &[usize],
     dest: WindowRange,
     streams: usize,
+    progress: &RunsDone<'_>,
 ) -> Result<()> {
     let total: u64 = runs.iter().map(|r| r.len).sum();
     if total != dest.len as u64 {
@@ -325,28 +350,56 @@ fn read_on_streams(
             "read buffer does not match its runs".into(),
         ));
     }
-    // Where each run lands in `dest`, and which stream reads it.
-    let streams = streams.clamp(1, runs.len().max(1));
-    let mut shares: Vec<Vec<(u64, usize, usize)>> = vec![Vec::new(); streams];
-    let mut at = 0u64;
-    for r in runs {
-        let share = (at * streams as u64 / total.max(1)) as usize;
-        shares[share.min(streams - 1)].push((r.file_offset, at as usize, r.len as usize));
-        at += r.len;
+    let mut seen = vec![false; runs.len()];
+    let permutation = order.len() == runs.len()
+        && order
+            .iter()
+            .all(|&i| i < runs.len() && !std::mem::replace(&mut seen[i], true));
+    if !permutation {
+        return Err(Error::Internal(
+            "a read order that is not an order of the runs".into(),
+        ));
     }
-    let read_share = |share: &[(u64, usize, usize)]| -> Result<()> {
-        for &(offset, at, n) in share {
-            file.read_exact_at(dest.slice(at, n)?, offset)?;
+    let base = runs.first().map_or(0, |r| r.buf_offset);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let done: Vec<AtomicBool> = order.iter().map(|_| AtomicBool::new(false)).collect();
+    let complete = Mutex::new(0usize);
+    let read_one = |i: usize| -> Result<()> {
+        let run = &runs[order[i]];
+        let at = run
+            .buf_offset
+            .checked_sub(base)
+            .ok_or_else(|| Error::Internal("runs out of buffer order".into()))?;
+        file.read_exact_at(dest.slice(at as usize, run.len as usize)?, run.file_offset)?;
+        done[i].store(true, Ordering::Release);
+        // One stream at a time moves the complete head, so what progress
+        // hears only grows.
+        let mut head = complete.lock().unwrap_or_else(|p| p.into_inner());
+        while *head < done.len() && done[*head].load(Ordering::Acquire) {
+            *head += 1;
+        }
+        progress(*head);
+        Ok(())
+    };
+    let stream = || -> Result<()> {
+        while !failed.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= order.len() {
+                break;
+            }
+            if let Err(e) = read_one(i) {
+                // The other streams stop at their next run.
+                failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
         }
         Ok(())
     };
+    let streams = streams.clamp(1, runs.len().max(1));
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let (first, rest) = shares.split_first().expect("at least one stream");
-        let others: Vec<_> = rest
-            .iter()
-            .map(|share| scope.spawn(move || read_share(share)))
-            .collect();
-        let mut results = vec![read_share(first)];
+        let others: Vec<_> = (1..streams).map(|_| scope.spawn(stream)).collect();
+        let mut results = vec![stream()];
         results.extend(others.into_iter().map(|h| {
             h.join()
                 .unwrap_or_else(|_| Err(Error::Internal("a read stream panicked".into())))
@@ -385,6 +438,10 @@ mod tests {
             .collect()
     }
 
+    fn in_file_order(runs: &[ReadRun]) -> Vec<usize> {
+        (0..runs.len()).collect()
+    }
+
     #[test]
     fn every_stream_count_lands_each_run_where_the_plan_puts_it() {
         let path = scratch_file("streams", 100_000);
@@ -398,11 +455,23 @@ mod tests {
         ];
         let runs = runs(&spans);
         let total: usize = spans.iter().map(|s| s.1 as usize).sum();
-        for streams in 1..7 {
+        let orders = [in_file_order(&runs), vec![3, 0, 4, 1, 2]];
+        for (streams, order) in (1..7).flat_map(|s| orders.iter().map(move |o| (s, o))) {
             let mut buf = vec![0u8; total];
             // SAFETY: buf is ours and outlives the call.
             let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
-            read_on_streams(&file, &runs, dest, streams).unwrap();
+            // What progress hears only grows, one run at a time at most per
+            // call, and ends with every run.
+            let heard = Mutex::new(vec![0usize]);
+            let progress = |n: usize| heard.lock().unwrap().push(n);
+            read_on_streams(&file, &runs, order, dest, streams, &progress).unwrap();
+            let heard = heard.into_inner().unwrap();
+            assert!(heard.windows(2).all(|w| w[0] <= w[1]), "{heard:?}");
+            assert_eq!(heard.len(), runs.len() + 1);
+            assert_eq!(heard.last(), Some(&runs.len()));
+            if streams == 1 {
+                assert_eq!(heard, (0..=runs.len()).collect::<Vec<_>>());
+            }
             let mut at = 0;
             for &(offset, len) in &spans {
                 for i in 0..len as usize {
@@ -460,7 +529,9 @@ mod tests {
             let buf = &mut storage[skip..skip + total];
             // SAFETY: buf is ours and outlives the call.
             let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
-            let done = file.read_runs(&runs, dest, 2).unwrap();
+            let done = file
+                .read_runs(&runs, &in_file_order(&runs), dest, 2, &|_| {})
+                .unwrap();
             check(&storage[skip..skip + total]);
             done
         };
@@ -485,9 +556,15 @@ mod tests {
         let buf = &mut storage[skip + 1..skip + 1 + total];
         // SAFETY: buf is ours and outlives the calls.
         let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
-        assert_eq!(auto.read_runs(&runs, dest, 2).unwrap().direct_requests, 0);
+        let order = in_file_order(&runs);
+        assert_eq!(
+            auto.read_runs(&runs, &order, dest, 2, &|_| {})
+                .unwrap()
+                .direct_requests,
+            0
+        );
         assert!(matches!(
-            always.read_runs(&runs, dest, 2),
+            always.read_runs(&runs, &order, dest, 2, &|_| {}),
             Err(Error::Internal(_))
         ));
         std::fs::remove_file(path).unwrap();
@@ -501,11 +578,19 @@ mod tests {
         let mut buf = vec![0u8; 200];
         // SAFETY: buf is ours and outlives the calls.
         let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
-        let err = read_on_streams(&file, &runs, dest, 2).unwrap_err();
+        // The run past the end is read first: nothing is reported complete.
+        let heard = Mutex::new(Vec::new());
+        let progress = |n: usize| heard.lock().unwrap().push(n);
+        let err = read_on_streams(&file, &runs, &[1, 0], dest, 1, &progress).unwrap_err();
+        assert!(matches!(err, Error::Truncated { .. }), "{err}");
+        assert!(heard.lock().unwrap().is_empty());
+        let err = read_on_streams(&file, &runs, &[0, 1], dest, 2, &|_| {}).unwrap_err();
         assert!(matches!(err, Error::Truncated { .. }), "{err}");
         // SAFETY: as above, a shorter view of the same buffer.
         let short = unsafe { WindowRange::new(buf.as_mut_ptr(), 150) };
-        assert!(read_on_streams(&file, &runs, short, 2).is_err());
+        assert!(read_on_streams(&file, &runs, &[0, 1], short, 2, &|_| {}).is_err());
+        // An order that is not one of the runs.
+        assert!(read_on_streams(&file, &runs, &[0, 0], dest, 2, &|_| {}).is_err());
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -9,15 +9,18 @@
 //!   ([`topology`]).
 //! * The record index is built across nodes (`index_build`) into each
 //!   node's shared memory.
-//! * Batches are served in *rounds*: a round covers the next `prefetch`
+//! * Values are read in *rounds*: a round covers the next `prefetch`
 //!   steps of every rank on the node. The node's readers plan the round's
 //!   value spans into large coalesced runs and read them (positioned reads
 //!   on a few threads, or collective MPI-IO; optionally staggered)
-//!   straight into the node's shared window; every rank then gets pointers
-//!   into that window. Nothing is copied after the read.
+//!   straight into the node's shared window, in the order the steps need
+//!   them, publishing their progress there ([`step_ready`]). A step is
+//!   served as soon as its own runs are in; every rank gets pointers into
+//!   the window. Nothing is copied after the read.
 //! * Every rank can compute every other rank's batches (see
 //!   [`crate::schedule`]), so planning needs no messages; one reduction per
-//!   round agrees on the round length and on errors.
+//!   round agrees on its length, and one per step on whether every node's
+//!   bytes for the step are in (or on the error that stopped them).
 //!
 //! `open`, `next_batch` and dropping the engine are collective over the
 //! communicator given to `open`.
@@ -26,9 +29,11 @@ mod agree;
 mod data_file;
 mod index_build;
 mod node_memory;
+mod step_ready;
 pub mod topology;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -37,6 +42,7 @@ use agree::{agree, agree_ok, agree_resource};
 pub use data_file::DirectIo;
 use data_file::{DataFile, RunsRead, WindowRange};
 use node_memory::NodeMemory;
+use step_ready::{Progress, ReadSchedule, StepReads};
 use topology::NodeTopology;
 pub use topology::{prepare, release_memory};
 
@@ -85,8 +91,9 @@ pub struct EngineOptions {
     /// aggregation has nothing to add (measured in docs/PERFORMANCE.md).
     pub collective: bool,
     /// Threads each reader reads with (independent reads): requests in
-    /// flight at once per reader.
-    pub read_streams: usize,
+    /// flight at once per reader. `None`: [`MACHINE_READ_STREAMS`] shared
+    /// among the readers of the machine, at least one each.
+    pub read_streams: Option<usize>,
     /// Whether independent reads go around the page cache (see
     /// [`DirectIo`]; collective reads leave it to MPI-IO).
     pub direct_io: DirectIo,
@@ -143,7 +150,7 @@ impl Default for EngineOptions {
             prefetch: DEFAULT_PREFETCH,
             stagger: None,
             collective: false,
-            read_streams: DEFAULT_READ_STREAMS,
+            read_streams: None,
             direct_io: DirectIo::Never,
             hints: Vec::new(),
             overlap: true,
@@ -223,10 +230,12 @@ impl<'e> Batch<'e> {
 
     pub fn value(&self, i: usize) -> &'e [u8] {
         let (at, len) = self.engine.batch[i].value;
-        // SAFETY: the round that holds this batch was published (synced and
-        // agreed) and will not be overwritten before the next collective
-        // step, which needs `&mut Engine` and so ends this borrow.
-        unsafe { &held(&self.engine.parts).memory.data()[at..at + len] }
+        // SAFETY: this step's bytes were all read (the readers' progress
+        // words said so) and agreed on, and nobody writes them before the
+        // round's area is read into again, which takes a collective step
+        // that needs `&mut Engine` and so ends this borrow. Other parts of
+        // the area may be written meanwhile.
+        unsafe { held(&self.engine.parts).memory.data_range(at, len) }
     }
 
     /// Epoch of the batch's first record (ranks' epochs can differ by one
@@ -246,7 +255,6 @@ struct SpanOwner {
     step: usize,
     /// Node member (node rank).
     member: usize,
-    ordinal: usize,
 }
 
 /// A round's records and read plan.
@@ -256,18 +264,29 @@ struct PlannedRound {
     plan: ReadPlan,
 }
 
-/// A round being read: planned, reads started, not yet published.
-struct PendingRound {
+/// A round: its records placed in the window and its reads started (or
+/// done). Its steps are served as their own bytes come in (see
+/// [`step_ready`]).
+struct Round {
     first_step: u64,
     steps: u64,
-    plan: ReadPlan,
-    owners: Vec<SpanOwner>,
-    /// Window offset of the round's area.
-    base: u64,
-    /// This reader's range of the round's buffer (relative to `base`).
-    range: (u64, u64),
+    /// Names the round in the readers' progress words (never 0, the value
+    /// the words start from).
+    tag: u32,
+    /// Which of the window's areas (and progress words) it uses.
+    area: usize,
+    /// Window offset and length of each record's span, by (step offset,
+    /// node member), in schedule order.
+    placements: Vec<Vec<Vec<(u64, u64)>>>,
+    /// For each of the node's readers and each step: how many of the
+    /// reader's runs must be in before the step is served.
+    needs: Vec<Vec<usize>>,
+    /// This reader's read, while it runs on a helper thread.
     read: Option<InFlight>,
-    /// A failure while starting; reported at the round's agreement.
+    /// Bytes this reader reads of the round.
+    my_bytes: u64,
+    /// A failure of this rank's part of the round, reported at the next
+    /// step's agreement.
     error: Option<Error>,
 }
 
@@ -338,18 +357,9 @@ fn wait_for_background_reads() {
     }
 }
 
-/// The loaded round: steps `[first_step, first_step + steps)`.
-struct Round {
-    first_step: u64,
-    steps: u64,
-    /// Buffer offset and length of each record's span, by (step offset,
-    /// node member), in schedule order.
-    placements: Vec<Vec<Vec<(u64, u64)>>>,
-}
-
 pub struct Engine {
-    // Dropped first: waits for reads into `data` from `file`.
-    pending: Option<PendingRound>,
+    // Dropped first: waits for reads into the window from `file`.
+    pending: Option<Round>,
     world: Comm,
     file: Option<Arc<DataFile>>,
     /// The node topology and shared memory, taken from the kept ones at
@@ -363,8 +373,11 @@ pub struct Engine {
     schedule: JobSchedule,
     order: EpochOrder,
     database: DatabaseIdentity,
+    /// The path given to open (errors name it on ranks without the file).
+    path: PathBuf,
     options: EngineOptions,
     step: u64,
+    /// The round being served.
     round: Option<Round>,
     batch: Vec<BatchRecord>,
     last_epoch: u64,
@@ -441,6 +454,7 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // Reads into the window finish before it is given back.
         self.pending = None;
+        self.round = None;
         let Some(NodeParts {
             mut topology,
             memory,
@@ -516,6 +530,7 @@ impl Engine {
             schedule: opened.schedule,
             order: opened.order,
             database: opened.database,
+            path: path.to_owned(),
             options,
             step: opened.step,
             round: None,
@@ -563,14 +578,19 @@ impl Engine {
         };
         let data_len = window_size(options, topology.node.size(), widest);
         let (records, key_bytes) = (scanned.records, scanned.key_bytes);
-        let (_, need) = node_memory::layout(records, key_bytes, data_len)?;
+        let words = progress_words(topology.node.size());
+        let (_, need) = node_memory::layout(words, records, key_bytes, data_len)?;
         let window_made = topology.ensure_window(world, need)?;
         let Some(window) = topology.window.take() else {
             return Err(Error::Internal("no node window after making one".into()));
         };
         // The window is large enough (ensured above), so this cannot fail
         // on one rank only.
-        let mut memory = NodeMemory::new(window, records, key_bytes, data_len)?;
+        let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len)?;
+        if topology.node.rank() == 0 {
+            // Published with the index below, before any rank waits on them.
+            memory.reset_progress();
+        }
         let database = DatabaseIdentity {
             entries: records as u64,
             txnid: scanned.txnid,
@@ -776,17 +796,78 @@ impl Engine {
             .as_ref()
             .is_some_and(|r| t < r.first_step + r.steps);
         if !loaded {
-            self.round = None;
             self.load_round(t)?;
         }
-        let round = self.round.as_ref().expect("round loaded above");
+        let io_start = Instant::now();
+        let reads_in = self.wait_for_step(t);
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+
+        let delivered = self.place_batch(t);
+        // The step's values are checked only once they are in. After the
+        // round's last step every run is in, and this reader's read thread
+        // is done: it is joined now, so the counters include it.
+        let last_of_round = self
+            .round
+            .as_ref()
+            .is_some_and(|r| t + 1 == r.first_step + r.steps);
+        let checked = reads_in.and_then(|ready| {
+            if ready {
+                agree::local(|| self.check_overflow_headers())?;
+                if last_of_round {
+                    if let Some(mut round) = self.round.take() {
+                        let joined = self.complete_read(&mut round);
+                        self.round = Some(round);
+                        joined?;
+                    }
+                }
+            }
+            Ok(ready)
+        });
+        let waited = Instant::now();
+        // Every rank says whether its node's bytes for the step are in: a
+        // rank whose node's reader failed has nothing to serve, and the
+        // reader reports why in the same agreement.
+        let mut all_ready = [i64::from(matches!(checked, Ok(true)))];
+        let published = checked.and_then(|_| held(&self.parts).memory.sync());
+        agree(&self.world, published, &mut all_ready)?;
+        held(&self.parts).memory.sync()?;
+        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
+        if all_ready[0] == 0 {
+            return Err(Error::Internal(format!(
+                "a reader failed reading step {t} and no rank reported why"
+            )));
+        }
+        if let Some(first) = self.batch.first() {
+            self.last_epoch = first.epoch;
+        }
+        self.cut_by_epoch_limit |= delivered.cut;
+        self.counters.records_delivered += self.batch.len() as u64;
+        self.counters.bytes_delivered += delivered.bytes;
+        self.step += 1;
+        // The job's first round starts the read after it once its first
+        // step is served, so that step does not share the storage (later
+        // rounds start the next read as they begin: load_round).
+        let next = self
+            .round
+            .as_ref()
+            .map_or(t + 1, |r| r.first_step + r.steps);
+        if self.pending.is_none() && !self.options.collective && self.reads_ahead_to(next) {
+            self.pending = Some(self.start_round(next)?);
+        }
+        Ok(())
+    }
+
+    /// Lays out this rank's batch of step `t` of the loaded round (offsets
+    /// only; no value byte is touched).
+    fn place_batch(&mut self, t: u64) -> PlacedBatch {
+        let round = self.round.as_ref().expect("round loaded before placing");
         let me = held(&self.parts).topology.node.rank();
         let offset = (t - round.first_step) as usize;
         let places = &round.placements[offset][me];
         self.batch.clear();
         let entries = held(&self.parts).memory.entries();
         let mut n = 0;
-        let mut delivered = 0u64;
+        let mut bytes = 0u64;
         let world_rank = self.world.rank() as u64;
         let batch = &mut self.batch;
         let order = &self.order;
@@ -806,18 +887,53 @@ impl Engine {
                     key: (e.key_start as usize, e.key_len as usize),
                     value: ((at + header) as usize, e.value_len as usize),
                 });
-                delivered += e.value_len as u64;
+                bytes += e.value_len as u64;
                 n += 1;
             },
         );
-        if let Some(first) = self.batch.first() {
-            self.last_epoch = first.epoch;
+        PlacedBatch { cut, bytes }
+    }
+
+    /// Waits until the node's bytes for step `t` of the loaded round are
+    /// in: `Ok(true)`; `Ok(false)` when another reader of the node failed
+    /// first (it reports why); this rank's own failure as `Err`.
+    fn wait_for_step(&mut self, t: u64) -> Result<bool> {
+        let me = held(&self.parts).topology.node.rank();
+        let readers = self.node_readers();
+        let round = self.round.as_mut().expect("round loaded before waiting");
+        if let Some(e) = round.error.take() {
+            return Err(e);
         }
-        self.cut_by_epoch_limit |= cut;
-        self.counters.records_delivered += self.batch.len() as u64;
-        self.counters.bytes_delivered += delivered;
-        self.step += 1;
-        Ok(())
+        let offset = (t - round.first_step) as usize;
+        let memory = &held(&self.parts).memory;
+        let words: Vec<&AtomicU64> = (0..readers)
+            .map(|g| memory.progress_word(progress_index(round.area, readers, g)))
+            .collect();
+        let needs: Vec<usize> = round.needs.iter().map(|n| n[offset]).collect();
+        match step_ready::wait_for_step(&words, round.tag, &needs) {
+            StepReads::Ready => Ok(true),
+            StepReads::Failed { reader } if reader == me => {
+                let why = round.read.take().map(InFlight::wait);
+                Err(match why {
+                    Some(Err(e)) => e,
+                    _ => Error::Internal("this reader's read failed without an error".into()),
+                })
+            }
+            StepReads::Failed { .. } => Ok(false),
+        }
+    }
+
+    /// Readers per node (the first node ranks).
+    fn node_readers(&self) -> usize {
+        self.options
+            .readers_per_node
+            .min(held(&self.parts).topology.node.size())
+            .max(1)
+    }
+
+    /// Whether the round starting at step `next` is read ahead.
+    fn reads_ahead_to(&self, next: u64) -> bool {
+        self.options.overlap && self.options.step_limit.is_none_or(|limit| next < limit)
     }
 
     /// Spans of every node member's records for steps `[first, first+k)`,
@@ -839,7 +955,6 @@ impl Engine {
                         owners.push(SpanOwner {
                             step: s as usize,
                             member: m,
-                            ordinal,
                         });
                     },
                 );
@@ -860,18 +975,19 @@ impl Engine {
     }
 
     /// The longest round (up to `prefetch` steps) that fits `capacity`.
+    /// Even the first round is a full one: its first step is served as
+    /// soon as that step's runs are in, which they are first (step_ready).
+    /// Rounds that ramped up from one step (1, 2, 4, ...) were needed while
+    /// a round was served only once all of it was in; kept with per-step
+    /// serving they made the first batch come sooner (0.17–0.21 s against
+    /// 0.22–0.42 s at eight one-rank nodes) but lowered the throughput
+    /// there (docs/PERFORMANCE.md).
     fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<PlannedRound> {
-        // Ramp up 1, 2, 4, ... steps so the first batch arrives after one
-        // step's read, not after a whole prefetch round.
-        let ramp = 1u64 << self.rounds_started.min(32);
         let left = self
             .options
             .step_limit
             .map_or(u64::MAX, |l| l.saturating_sub(first));
-        let mut k = (self.options.prefetch.max(1) as u64)
-            .min(ramp)
-            .min(left)
-            .max(1);
+        let mut k = (self.options.prefetch.max(1) as u64).min(left).max(1);
         loop {
             let round = self.plan_round(first, k);
             let len = round.plan.buffer_len;
@@ -892,40 +1008,61 @@ impl Engine {
         }
     }
 
-    /// Makes the round starting at step `first` current: completes the read
-    /// started ahead of time (or reads it now), publishes it, and with
-    /// overlap on starts reading the following round into the other half
-    /// of the window while the ranks work on this one.
+    /// Makes the round starting at step `first` the one served: the one
+    /// read ahead, or one started now; with overlap on, the read after it
+    /// starts too, into the other half of the window, while the ranks work
+    /// on this one.
     fn load_round(&mut self, first: u64) -> Result<()> {
-        let pending = match self.pending.take() {
-            Some(p) if p.first_step == first => p,
+        // Every step of the round before was served, so its reads are
+        // complete and normally joined (advance); this joins them if not.
+        let retired = match self.round.take() {
+            Some(mut done) => self.complete_read(&mut done),
+            None => Ok(()),
+        };
+        let mut current = match self.pending.take() {
+            Some(r) if r.first_step == first => r,
             _ => self.start_round(first)?,
         };
-        let next = pending.first_step + pending.steps;
-        let more = self.options.step_limit.is_none_or(|limit| next < limit);
-        let read_ahead = self.options.overlap && more;
-        // Once reading is under way, the read after this round is started
-        // before this round's agreement: that agreement waits for the
-        // slowest node's reads, and a node waiting there left its storage
-        // idle (up to a fifth of the run at eight one-rank nodes;
-        // docs/PERFORMANCE.md). The half it reads into is free: every rank
-        // has left the round before (start_round agrees first). Collective
-        // reads keep their order, as two collective calls in flight on one
-        // file from two threads would not match across ranks; the first
-        // round waits alone, so the first batch does not share the disk.
-        let early = read_ahead && self.counters.rounds > 0 && !self.options.collective;
-        let started_early = if early {
-            Some(self.start_round(next)?)
-        } else {
-            None
+        if let Err(e) = retired {
+            current.error.get_or_insert(e);
+        }
+        let next = current.first_step + current.steps;
+        if self.options.collective {
+            // Collective reads keep their order: two collective calls in
+            // flight on one file from two threads would not match across
+            // ranks. This round's read completes before the next starts.
+            if let Err(e) = self.complete_read(&mut current) {
+                current.error.get_or_insert(e);
+            }
+        }
+        let first_round = self.counters.rounds == 0;
+        self.counters.rounds += 1;
+        self.round = Some(current);
+        // The next read starts before this round's steps are waited for:
+        // a node whose reads are done would otherwise leave its storage
+        // idle while the slowest node catches up (up to a fifth of the run
+        // at eight one-rank nodes; docs/PERFORMANCE.md). Its half of the
+        // window is free: every rank has left the round before
+        // (start_round agrees first). The job's first round waits alone
+        // for its first step (advance starts the next read after it).
+        if self.reads_ahead_to(next) && (self.options.collective || !first_round) {
+            self.pending = Some(self.start_round(next)?);
+        }
+        Ok(())
+    }
+
+    /// Waits for this reader's read of `round` if it runs on a thread, and
+    /// counts it.
+    fn complete_read(&mut self, round: &mut Round) -> Result<()> {
+        let Some(read) = round.read.take() else {
+            return Ok(());
         };
-        let round = self.finish_round(pending)?;
-        self.round = Some(round);
-        self.pending = match started_early {
-            Some(p) => Some(p),
-            None if read_ahead => Some(self.start_round(next)?),
-            None => None,
-        };
+        let io_start = Instant::now();
+        let done = read.wait();
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        let n = done?;
+        self.counters.add_runs_read(n);
+        self.counters.bytes_read += round.my_bytes;
         Ok(())
     }
 
@@ -943,10 +1080,16 @@ impl Engine {
     }
 
     /// Agrees on the round's length, plans it, and starts this reader's
-    /// reads (collective over all ranks). Read errors are kept for the
-    /// round's agreement in `finish_round`.
-    fn start_round(&mut self, first: u64) -> Result<PendingRound> {
+    /// reads (collective over all ranks). A failure to start them is kept
+    /// for the round's first step's agreement (`wait_for_step`), and shown
+    /// in this reader's progress word so no rank waits for it.
+    fn start_round(&mut self, first: u64) -> Result<Round> {
         let waited = Instant::now();
+        let area = if self.options.overlap {
+            (self.rounds_started % 2) as usize
+        } else {
+            0
+        };
         let (capacity, base) = self.round_area(self.rounds_started);
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
@@ -964,6 +1107,7 @@ impl Engine {
         let fitted = agree(&self.world, fit, &mut k)?;
         let k = k[0].max(1) as u64;
         self.rounds_started += 1;
+        let tag = self.rounds_started as u32;
         // A master already planned this round unless another node needed
         // a shorter one.
         let PlannedRound {
@@ -977,63 +1121,87 @@ impl Engine {
         self.counters.wait_seconds += waited.elapsed().as_secs_f64();
 
         let io_start = Instant::now();
-        let mut round = PendingRound {
+        let readers = self.node_readers();
+        let members = held(&self.parts).topology.members.len();
+        let span_steps: Vec<usize> = owners.iter().map(|o| o.step).collect();
+        let ReadSchedule {
+            groups,
+            mut order,
+            needs,
+        } = ReadSchedule::new(&plan, &span_steps, k as usize, readers);
+        let mut placements = vec![vec![Vec::new(); members]; k as usize];
+        for (o, p) in owners.iter().zip(&plan.placements) {
+            placements[o.step][o.member].push((base + p.buf_offset, p.len));
+        }
+        let mut round = Round {
             first_step: first,
             steps: k,
-            plan,
-            owners,
-            base,
-            range: (0, 0),
+            tag,
+            area,
+            placements,
+            needs,
             read: None,
+            my_bytes: 0,
             error: None,
         };
-        if let Err(e) = agree::local(|| self.start_my_reads(&mut round)) {
-            round.error = Some(e);
+        let me = held(&self.parts).topology.node.rank();
+        if me < readers && held(&self.parts).topology.readers.is_some() {
+            let mine = MyReads {
+                runs: plan.runs[groups[me].clone()].to_vec(),
+                order: std::mem::take(&mut order[me]),
+                base,
+            };
+            if let Err(e) = agree::local(|| self.start_my_reads(&mut round, mine)) {
+                self.progress(area, me, tag).fail();
+                round.error = Some(e);
+            }
         }
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
         Ok(round)
     }
 
-    /// This reader's share of the round's runs: the node's runs split into
-    /// `readers_per_node` contiguous groups of about equal bytes.
-    fn my_runs<'p>(&self, plan: &'p ReadPlan) -> &'p [ReadRun] {
-        let readers = self
-            .options
-            .readers_per_node
-            .min(held(&self.parts).topology.node.size())
-            .max(1);
-        let me = held(&self.parts).topology.node.rank();
-        let total = plan.buffer_len.max(1);
-        let group = |run: &ReadRun| (run.buf_offset * readers as u64 / total) as usize;
-        let lo = plan.runs.partition_point(|r| group(r) < me);
-        let hi = plan.runs.partition_point(|r| group(r) <= me);
-        &plan.runs[lo..hi]
+    /// This reader's progress word for the round of `tag` in `area`.
+    fn progress(&self, area: usize, reader: usize, tag: u32) -> Progress {
+        let word = held(&self.parts).memory.progress_word(progress_index(
+            area,
+            self.node_readers(),
+            reader,
+        ));
+        // SAFETY: the word lies in the node's window, which the engine
+        // keeps until every read publishing to it has been joined (drop
+        // takes the rounds, whose reads join, before giving it back).
+        unsafe { Progress::new(word, tag) }
     }
 
-    fn start_my_reads(&mut self, round: &mut PendingRound) -> Result<()> {
+    /// Starts this reader's reads of `round`: `mine.runs` (its group of the
+    /// plan, in file order, packed back to back) in `mine.order`.
+    fn start_my_reads(&mut self, round: &mut Round, mine: MyReads) -> Result<()> {
         let parts = held(&self.parts);
         let (Some(readers), Some(file)) = (&parts.topology.readers, &self.file) else {
-            return Ok(());
+            return Err(Error::Internal("a reader without its data file".into()));
         };
-        let runs = self.my_runs(&round.plan);
-        round.range = match (runs.first(), runs.last()) {
-            (Some(a), Some(b)) => (a.buf_offset, b.buf_offset + b.len),
-            _ => (0, 0),
+        let progress = self.progress(round.area, parts.topology.node.rank(), round.tag);
+        let MyReads { runs, order, base } = mine;
+        let (lo, hi) = match (runs.first(), runs.last()) {
+            (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
+            _ => (base, base),
         };
-        let (lo, hi) = (round.base + round.range.0, round.base + round.range.1);
         if hi as usize > parts.memory.data_len() {
             return Err(Error::Internal("a round's reads overrun the window".into()));
         }
+        round.my_bytes = hi - lo;
         // The range lies inside this round's area of the window (the plan
         // fits its capacity, checked above); each reader writes only its
-        // own range, and no rank reads the area until the round is
-        // published.
+        // own range, and no rank reads a byte of it before the reader's
+        // progress word says the run holding it is complete.
         let buf = parts.memory.data_ptr().wrapping_add(lo as usize);
         let len = (hi - lo) as usize;
         // SAFETY: see above; the range stays untouched by anyone else until
         // the read is complete (joined, waited for, or done here).
         let dest = unsafe { WindowRange::new(buf, len) };
-        let streams = self.options.read_streams;
+        let streams = self.options.read_streams.unwrap_or_else(|| {
+            (MACHINE_READ_STREAMS / held(&self.parts).topology.machine_readers).max(1)
+        });
         // Staggering: readers take turns in groups of `stagger`, everyone
         // taking part in every phase so collective calls always match.
         // Staggered phases run one after another; without staggering the
@@ -1043,11 +1211,11 @@ impl Engine {
         let my_phase = readers.rank() / group;
         let own = matches!(**file, DataFile::Own(_));
         if phases == 1 && self.options.overlap {
-            let (file, runs) = (Arc::clone(file), runs.to_vec());
+            let file = Arc::clone(file);
             let in_flight = BackgroundRead::start();
             let read = move || {
                 let _in_flight = in_flight;
-                file.read_runs(&runs, dest, streams)
+                read_and_publish(&file, &runs, &order, dest, streams, progress)
             };
             round.read = Some(if own || self.threaded_reads {
                 InFlight::Thread(Some(std::thread::spawn(read)))
@@ -1060,16 +1228,14 @@ impl Engine {
         let mut result = Ok(());
         for phase in 0..phases {
             let mine = phase == my_phase;
-            let (runs_now, dest_now) = if mine {
-                (runs, dest)
-            } else {
-                // SAFETY: an empty range.
-                (&[][..], unsafe { WindowRange::new(buf, 0) })
-            };
             // Collective reads take part in every phase, reading nothing
             // in the others' phases.
-            let done = if mine || !own {
-                file.read_runs(runs_now, dest_now, streams)
+            let done = if mine {
+                read_and_publish(file, &runs, &order, dest, streams, progress)
+            } else if !own {
+                // SAFETY: an empty range.
+                let nothing = unsafe { WindowRange::new(buf, 0) };
+                file.read_runs(&[], &[], nothing, streams, &|_| {})
             } else {
                 Ok(RunsRead::default())
             };
@@ -1089,71 +1255,27 @@ impl Engine {
         result
     }
 
-    /// Completes this reader's reads, checks them, and publishes the round
-    /// (collective: one agreement over all ranks).
-    fn finish_round(&mut self, mut pending: PendingRound) -> Result<Round> {
-        let io_start = Instant::now();
-        if let Some(read) = pending.read.take() {
-            match read.wait() {
-                Ok(n) => {
-                    self.counters.add_runs_read(n);
-                    self.counters.bytes_read += pending.range.1 - pending.range.0;
-                }
-                Err(e) => {
-                    pending.error.get_or_insert(e);
-                }
-            }
-        }
-        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
-        let checked = match pending.error.take() {
-            Some(e) => Err(e),
-            None if held(&self.parts).topology.readers.is_some() => {
-                agree::local(|| self.check_overflow_headers(&pending))
-            }
-            None => Ok(()),
-        };
-        let waited = Instant::now();
-        let published = checked.and_then(|()| held(&self.parts).memory.sync());
-        agree_ok(&self.world, published)?;
-        held(&self.parts).memory.sync()?;
-        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
-        self.counters.rounds += 1;
-
-        let members = held(&self.parts).topology.members.len();
-        let mut placements = vec![vec![Vec::new(); members]; pending.steps as usize];
-        for (i, o) in pending.owners.iter().enumerate() {
-            let p = pending.plan.placements[i];
-            placements[o.step][o.member].push((pending.base + p.buf_offset, p.len));
-        }
-        Ok(Round {
-            first_step: pending.first_step,
-            steps: pending.steps,
-            placements,
-        })
-    }
-
-    /// Checks the overflow headers that landed in this reader's range.
-    fn check_overflow_headers(&self, round: &PendingRound) -> Result<()> {
-        // SAFETY: this reader's reads completed; nobody else writes its
-        // range during the round.
-        let bytes = unsafe { held(&self.parts).memory.data() };
-        let entries = held(&self.parts).memory.entries();
-        let (lo, hi) = round.range;
-        for (p, owner) in round.plan.placements.iter().zip(&round.owners) {
-            let entry = &entries[owner.ordinal];
-            if !entry.is_overflow() || p.buf_offset < lo || p.buf_offset >= hi {
+    /// Checks the overflow page headers in front of this rank's batch's
+    /// values (the index cannot: it does not read overflow pages).
+    fn check_overflow_headers(&self) -> Result<()> {
+        let memory = &held(&self.parts).memory;
+        let entries = memory.entries();
+        for record in &self.batch {
+            let entry = &entries[record.ordinal as usize];
+            if !entry.is_overflow() {
                 continue;
             }
-            let start = (round.base + p.buf_offset) as usize;
-            let header = &bytes[start..start + PAGEHDRSZ];
+            let start = record.value.0 - PAGEHDRSZ;
+            // SAFETY: the step's bytes are all in (checked before this is
+            // called) and nobody writes them during the step.
+            let header = unsafe { memory.data_range(start, PAGEHDRSZ) };
             if let Some((pgno, reason)) =
                 overflow_header_problem(entry, header, self.database.page_size)
             {
-                let path = self
-                    .file
-                    .as_ref()
-                    .map(|f| f.path().to_owned())
-                    .unwrap_or_default();
+                let path = match &self.file {
+                    Some(f) => f.path().to_owned(),
+                    None => self.path.clone(),
+                };
                 return Err(Error::Corrupt {
                     path,
                     pgno,
@@ -1164,6 +1286,59 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// What a reader reads of a round.
+struct MyReads {
+    runs: Vec<ReadRun>,
+    order: Vec<usize>,
+    /// Window offset of the round's area.
+    base: u64,
+}
+
+/// This rank's batch as placed: the bytes of its values, and whether the
+/// epoch limit left records out.
+struct PlacedBatch {
+    cut: bool,
+    bytes: u64,
+}
+
+/// Where reader `reader`'s progress word for window area `area` is, among
+/// the window's [`progress_words`].
+fn progress_index(area: usize, readers: usize, reader: usize) -> usize {
+    area * readers + reader
+}
+
+/// Progress words the window holds: one per reader (at most one per node
+/// rank) for each of the two areas.
+fn progress_words(node_ranks: usize) -> usize {
+    2 * node_ranks
+}
+
+/// Reads `runs` in `order` and publishes the progress, ending with every
+/// run complete or with the failure (also when the read unwinds), so that
+/// no rank waits for a read that stopped.
+fn read_and_publish(
+    file: &DataFile,
+    runs: &[ReadRun],
+    order: &[usize],
+    dest: WindowRange,
+    streams: usize,
+    progress: Progress,
+) -> Result<RunsRead> {
+    struct FailUnlessDone(Progress, bool);
+    impl Drop for FailUnlessDone {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.fail();
+            }
+        }
+    }
+    let mut guard = FailUnlessDone(progress, false);
+    let read = file.read_runs(runs, order, dest, streams, &move |n| progress.complete(n))?;
+    progress.complete(runs.len());
+    guard.1 = true;
+    Ok(read)
 }
 
 /// Rank `rank`'s records at step `step` that the job reads: all of them
@@ -1194,14 +1369,16 @@ fn for_each_wanted_slot(
 /// 1 MiB requests, 16 steps (as many as half the default window holds of
 /// 64 image records per rank) into 1.4 MiB ones, and shuffled reading went
 /// from 0.75 to 0.83 of the storage limit (docs/PERFORMANCE.md, issue 5).
-/// The first rounds still ramp up from one step.
 pub const DEFAULT_PREFETCH: usize = 16;
 
-/// Threads a reader reads with by default: on storage that serves parallel
-/// streams faster than one (the local virtio disk here), two streams
-/// delivered about 1.1× one, and four no more than two
-/// (docs/PERFORMANCE.md).
-pub const DEFAULT_READ_STREAMS: usize = 2;
+/// Read streams per machine by default, shared among the readers on it.
+/// One reader with two streams delivered about 1.1× one stream on the
+/// local virtio disk here, and four no more than two. Where several
+/// readers share a machine (virtual nodes), one stream each did better
+/// once steps were served as their runs came in: at four and eight
+/// one-rank nodes 0.95, 0.94 and 1.08, 1.01 of the storage limit against
+/// 1.03, 0.70 and 0.97, 0.72 with two (docs/PERFORMANCE.md).
+pub const MACHINE_READ_STREAMS: usize = 2;
 
 /// ROMIO hints the engine sets unless the caller sets the same key.
 ///
@@ -1284,7 +1461,7 @@ fn check_options(o: &EngineOptions) -> Result<()> {
     if o.prefetch == 0 {
         return bad("prefetch must be at least 1 step");
     }
-    if o.read_streams == 0 {
+    if o.read_streams == Some(0) {
         return bad("read_streams must be at least 1");
     }
     if o.collective && o.direct_io == DirectIo::Always {

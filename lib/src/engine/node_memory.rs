@@ -2,10 +2,14 @@
 //! copy per node, written by the node's first rank, read in place by every
 //! rank) followed by the value area that rounds are read into.
 //!
-//! Layout: `records` entries (24 bytes each), the keys, padding to a page
-//! of memory (not just of the window: direct reads land there, and they
-//! need aligned memory; a window of a one-rank node may be plain heap
-//! memory that starts anywhere), then `data_len` bytes of values.
+//! Layout: the readers' progress words (8 bytes each, see
+//! [`super::step_ready`]), `records` entries (24 bytes each), the keys,
+//! padding to a page of memory (not just of the window: direct reads land
+//! there, and they need aligned memory; a window of a one-rank node may be
+//! plain heap memory that starts anywhere), then `data_len` bytes of
+//! values.
+
+use std::sync::atomic::AtomicU64;
 
 use crate::error::{Error, Result};
 use crate::index::RecordEntry;
@@ -13,16 +17,23 @@ use crate::mpi_raw::SharedWindow;
 
 const ENTRY: usize = std::mem::size_of::<RecordEntry>();
 const PAGE: usize = 4096;
+const WORD: usize = std::mem::size_of::<AtomicU64>();
 
-/// Bytes of window an index of `records` entries and `key_bytes` of keys
-/// followed by `data_len` bytes of values needs, and the earliest offset
-/// the values can start at (they start at the first page boundary of
-/// memory from there: see [`value_area_offset`]; the size has room for
-/// it).
-pub fn layout(records: usize, key_bytes: usize, data_len: usize) -> Result<(usize, usize)> {
+/// Bytes of window that `words` progress words, an index of `records`
+/// entries and `key_bytes` of keys followed by `data_len` bytes of values
+/// need, and the earliest offset the values can start at (they start at
+/// the first page boundary of memory from there: see
+/// [`value_area_offset`]; the size has room for it).
+pub fn layout(
+    words: usize,
+    records: usize,
+    key_bytes: usize,
+    data_len: usize,
+) -> Result<(usize, usize)> {
     let overflow = || Error::ResourceLimit("the index and value area overflow".into());
     let index = records
         .checked_mul(ENTRY)
+        .and_then(|n| n.checked_add(words.checked_mul(WORD)?))
         .and_then(|n| n.checked_add(key_bytes))
         .ok_or_else(overflow)?;
     let data_offset = index
@@ -46,6 +57,7 @@ fn value_area_offset(base: usize, earliest: usize) -> usize {
 
 pub struct NodeMemory {
     window: SharedWindow,
+    words: usize,
     records: usize,
     key_bytes: usize,
     data_offset: usize,
@@ -57,11 +69,12 @@ impl NodeMemory {
     /// least [`layout`]'s size).
     pub fn new(
         window: SharedWindow,
+        words: usize,
         records: usize,
         key_bytes: usize,
         data_len: usize,
     ) -> Result<NodeMemory> {
-        let (earliest, total) = layout(records, key_bytes, data_len)?;
+        let (earliest, total) = layout(words, records, key_bytes, data_len)?;
         let data_offset = value_area_offset(window.as_ptr() as usize, earliest);
         if window.len() < total || data_offset + data_len > window.len() {
             return Err(Error::Internal(format!(
@@ -76,6 +89,7 @@ impl NodeMemory {
         }
         Ok(NodeMemory {
             window,
+            words,
             records,
             key_bytes,
             data_offset,
@@ -101,7 +115,7 @@ impl NodeMemory {
     /// is published (synced and agreed); no other rank reads it meanwhile.
     pub unsafe fn index_regions_mut(&mut self) -> (&mut [u8], &mut [u8]) {
         // SAFETY: forwarded to the caller's contract.
-        let bytes = unsafe { self.window.bytes_mut() };
+        let bytes = unsafe { &mut self.window.bytes_mut()[self.words * WORD..] };
         let (entries, rest) = bytes.split_at_mut(self.records * ENTRY);
         (entries, &mut rest[..self.key_bytes])
     }
@@ -112,14 +126,39 @@ impl NodeMemory {
         // padding, so every bit pattern is a valid value; after publication
         // nobody writes the index, so shared reads are sound.
         unsafe {
-            std::slice::from_raw_parts(self.window.as_ptr() as *const RecordEntry, self.records)
+            std::slice::from_raw_parts(
+                self.window.as_ptr().add(self.words * WORD) as *const RecordEntry,
+                self.records,
+            )
         }
     }
 
     pub fn keys(&self) -> &[u8] {
+        let at = self.words * WORD + self.records * ENTRY;
         // SAFETY: the key region follows the entries inside the window and
         // is read-only after publication.
-        unsafe { &self.window.bytes()[self.records * ENTRY..self.records * ENTRY + self.key_bytes] }
+        unsafe { &self.window.bytes()[at..at + self.key_bytes] }
+    }
+
+    /// Progress word `i` (of the `words` given to `new`), shared by the
+    /// node's ranks.
+    pub fn progress_word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.words, "progress word {i} of {}", self.words);
+        // SAFETY: the words lie at the start of the window (8-byte aligned,
+        // checked in new), inside it (layout), and are only ever accessed
+        // as atomics, which are address-free and so work across the
+        // processes that map the window.
+        unsafe { &*(self.window.as_ptr() as *const AtomicU64).add(i) }
+    }
+
+    /// Zeroes every progress word: the node's first rank does this at open,
+    /// before the agreement that publishes the index, so no word left by
+    /// an earlier engine on the same window is taken for this one's.
+    pub fn reset_progress(&self) {
+        for i in 0..self.words {
+            self.progress_word(i)
+                .store(0, std::sync::atomic::Ordering::Release);
+        }
     }
 
     /// Bytes of the value area.
@@ -133,15 +172,21 @@ impl NodeMemory {
         self.window.as_ptr().wrapping_add(self.data_offset) as *mut u8
     }
 
-    /// The value area, read-only.
+    /// Bytes `[at, at + len)` of the value area, read-only (other parts of
+    /// the area may be written meanwhile).
     ///
     /// # Safety
-    /// No rank may be writing the bytes read (the engine's steps ensure
-    /// it).
-    pub unsafe fn data(&self) -> &[u8] {
-        // SAFETY: forwarded to the caller's contract; the area lies inside
-        // the window (checked in new).
-        unsafe { &self.window.bytes()[self.data_offset..self.data_offset + self.data_len] }
+    /// No rank may be writing these bytes (the engine's steps ensure it).
+    pub unsafe fn data_range(&self, at: usize, len: usize) -> &[u8] {
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.data_len),
+            "bytes {at}+{len} outside a value area of {}",
+            self.data_len
+        );
+        // SAFETY: inside the value area (checked above), which lies inside
+        // the window (checked in new); the caller vouches that nobody
+        // writes these bytes while they are borrowed.
+        unsafe { std::slice::from_raw_parts(self.window.as_ptr().add(self.data_offset + at), len) }
     }
 
     /// See [`SharedWindow::sync`].
@@ -174,11 +219,16 @@ mod tests {
     #[test]
     fn values_start_on_a_page_after_the_index() {
         // A page of room for placing the values on a page of memory.
-        assert_eq!(layout(0, 0, 10).unwrap(), (0, 4106));
-        assert_eq!(layout(1, 1, 10).unwrap(), (4096, 8202));
-        assert_eq!(layout(170, 16, 0).unwrap(), (4096, 8192));
-        assert_eq!(layout(171, 0, 1).unwrap(), (8192, 12289));
-        assert!(layout(usize::MAX / 8, 0, 0).is_err());
+        assert_eq!(layout(0, 0, 0, 10).unwrap(), (0, 4106));
+        assert_eq!(layout(0, 1, 1, 10).unwrap(), (4096, 8202));
+        assert_eq!(layout(0, 170, 16, 0).unwrap(), (4096, 8192));
+        assert_eq!(layout(0, 171, 0, 1).unwrap(), (8192, 12289));
+        // Progress words come first: 2 words + 170 entries + 1 key byte
+        // need 4097 bytes.
+        assert_eq!(layout(2, 170, 0, 0).unwrap(), (4096, 8192));
+        assert_eq!(layout(2, 170, 1, 0).unwrap(), (8192, 12288));
+        assert!(layout(0, usize::MAX / 8, 0, 0).is_err());
+        assert!(layout(usize::MAX / 4, 0, 0, 0).is_err());
     }
 
     #[test]

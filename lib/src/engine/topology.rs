@@ -49,6 +49,9 @@ pub struct NodeTopology {
     pub masters: Option<Comm>,
     /// World ranks of the node's members, in node order.
     pub members: Vec<u64>,
+    /// Readers on this machine (the shared-memory node): more than
+    /// `readers_per_node` where virtual nodes share it.
+    pub machine_readers: usize,
     /// The node-shared window while no engine uses it.
     pub window: Option<SharedWindow>,
 }
@@ -182,17 +185,20 @@ pub fn release_all() {
 
 fn make(world: &Comm, options: &EngineOptions) -> Result<NodeTopology> {
     let shared = world.split_shared()?;
-    let node = match options.ranks_per_node {
+    let virtual_node = match options.ranks_per_node {
         Some(k) => {
             // Consecutive blocks of k ranks of the shared-memory node; made
             // among each block's ranks only.
             let first = shared.rank() / k * k;
             let block: Vec<usize> = (first..(first + k).min(shared.size())).collect();
-            shared.create_group(&block, 1)?
+            Some(shared.create_group(&block, 1)?)
         }
-        None => shared,
+        None => None,
     };
-    let is_reader = node.rank() < options.readers_per_node;
+    let is_reader = virtual_node.as_ref().unwrap_or(&shared).rank() < options.readers_per_node;
+    let mut machine_readers = [i64::from(is_reader)];
+    shared.allreduce_i64(&mut machine_readers, ReduceOp::Sum)?;
+    let node = virtual_node.unwrap_or(shared);
     let is_master = node.rank() == 0;
     let roles = world.allgather_i64(&[i64::from(is_reader) | i64::from(is_master) << 1])?;
     let with_role =
@@ -226,6 +232,7 @@ fn make(world: &Comm, options: &EngineOptions) -> Result<NodeTopology> {
         readers,
         masters,
         members,
+        machine_readers: machine_readers[0].max(1) as usize,
         window: None,
     })
 }

@@ -119,9 +119,10 @@ pub struct Args {
     /// Independent reads (the default; kept so scripts can say so).
     #[arg(long)]
     independent: bool,
-    /// Threads each reader reads with (independent reads).
-    #[arg(long, value_name = "N", default_value_t = lmdbio::engine::DEFAULT_READ_STREAMS)]
-    read_streams: usize,
+    /// Threads each reader reads with (independent reads). Default: two
+    /// per machine, shared among the readers on it (at least one each).
+    #[arg(long, value_name = "N")]
+    read_streams: Option<usize>,
     /// Independent reads around the page cache (direct I/O): `never` (the
     /// default) reads through the cache; `auto` reads a round directly when
     /// the file system supports it and the cache holds less than half of

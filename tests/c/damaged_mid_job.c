@@ -1,0 +1,105 @@
+/* A database damaged while a job reads it: after the first step, rank 0
+ * either overwrites an overflow page's flags (the engine sees it when the
+ * record's value arrives) or truncates the data file (the node readers'
+ * reads past the new end fail). Every rank must get an error from the same
+ * lmdbio_next_batch call with the same code, every record delivered before
+ * must match the manifest, and closing must still work on every rank.
+ * Prints "FAILED_AT STEP CODE" on rank 0.
+ *
+ * usage: mpiexec -n P damaged_mid_job DB MANIFEST damage|truncate OFFSET
+ *            RANKS_PER_NODE READERS_PER_NODE COLLECTIVE */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "manifest.h"
+
+int main(int argc, char **argv) {
+  int rank, size;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc != 8) {
+    if (rank == 0)
+      fprintf(stderr, "usage: %s DB MANIFEST damage|truncate OFFSET K READERS COLLECTIVE\n",
+              argv[0]);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const char *mode = argv[3];
+  long long offset = atoll(argv[4]);
+  size_t n;
+  entry *manifest = load_manifest(argv[2], &n);
+
+  lmdbio_options *opts;
+  CHECK(lmdbio_options_new(&opts));
+  CHECK(lmdbio_options_set_batch_size(opts, 4));
+  CHECK(lmdbio_options_set_tail(opts, LMDBIO_TAIL_SHORT));
+  CHECK(lmdbio_options_set_ranks_per_node(opts, (size_t)atoi(argv[5])));
+  CHECK(lmdbio_options_set_readers_per_node(opts, (size_t)atoi(argv[6])));
+  CHECK(lmdbio_options_set_collective(opts, atoi(argv[7])));
+  /* Short rounds: most of the file is read after the damage. */
+  CHECK(lmdbio_options_set_prefetch(opts, 2));
+  CHECK(lmdbio_options_set_epoch_limit(opts, 1));
+  lmdbio_engine *engine;
+  CHECK(lmdbio_open(MPI_COMM_WORLD, argv[1], opts, &engine));
+  uint64_t steps;
+  CHECK(lmdbio_step_limit(engine, &steps));
+
+  char data[4096];
+  snprintf(data, sizeof data, "%s/data.mdb", argv[1]);
+  long long failed_at = -1;
+  int code = LMDBIO_OK;
+  for (uint64_t step = 0; step < steps; step++) {
+    lmdbio_batch batch;
+    int rc = lmdbio_next_batch(engine, &batch);
+    if (rc != LMDBIO_OK) {
+      failed_at = (long long)step;
+      code = rc;
+      if (strlen(lmdbio_last_error()) == 0) {
+        fprintf(stderr, "rank %d: error %d without a message\n", rank, rc);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      if (rank == 0) fprintf(stderr, "rank 0 at step %llu: %s\n", (unsigned long long)step,
+                             lmdbio_last_error());
+      break;
+    }
+    for (size_t i = 0; i < batch.count; i++) check_record(manifest, n, &batch.records[i]);
+    if (step == 0) {
+      if (rank == 0) {
+        int fd = open(data, O_WRONLY);
+        if (fd < 0) MPI_Abort(MPI_COMM_WORLD, 4);
+        if (strcmp(mode, "damage") == 0) {
+          /* mp_flags of the page header: a leaf, not an overflow page. */
+          unsigned char leaf[2] = {0x02, 0x00};
+          if (pwrite(fd, leaf, 2, (off_t)offset + 10) != 2) MPI_Abort(MPI_COMM_WORLD, 4);
+        } else if (ftruncate(fd, (off_t)offset) != 0) {
+          MPI_Abort(MPI_COMM_WORLD, 4);
+        }
+        close(fd);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  }
+  /* The same call failed everywhere, with the same code. */
+  long long mine[2] = {failed_at, code}, lo[2], hi[2];
+  MPI_Allreduce(mine, lo, 2, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(mine, hi, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  if (lo[0] != hi[0] || lo[1] != hi[1]) {
+    fprintf(stderr, "rank %d: failed at step %lld with %d; steps %lld..%lld, codes %lld..%lld\n",
+            rank, failed_at, code, lo[0], hi[0], lo[1], hi[1]);
+    MPI_Abort(MPI_COMM_WORLD, 5);
+  }
+  /* A failed engine stays failed. */
+  if (failed_at >= 0) {
+    lmdbio_batch again;
+    if (lmdbio_next_batch(engine, &again) != LMDBIO_ERR_INVALID_ARGUMENT) {
+      fprintf(stderr, "rank %d: a failed engine served another step\n", rank);
+      MPI_Abort(MPI_COMM_WORLD, 5);
+    }
+  }
+  CHECK(lmdbio_close(engine));
+  lmdbio_options_free(opts);
+  if (rank == 0) printf("FAILED_AT %lld %d\n", failed_at, code);
+  MPI_Finalize();
+  return 0;
+}
