@@ -1,4 +1,4 @@
-//! The C ABI from C: `tests/c/read_two_epochs.c` is compiled with the
+//! The C ABI from C: the programs in `tests/c/` are compiled with the
 //! system `mpicc` against `include/lmdbio.h` and the cdylib, and run under
 //! mpiexec against a manifest made from liblmdb's records.
 
@@ -125,6 +125,9 @@ fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
     }
 }
 
+/// A database damaged while it is read (`tests/c/damaged_mid_job.c`):
+/// every rank fails from the same call, with the same code, after correct
+/// records only.
 #[test]
 fn a_database_damaged_mid_job_fails_every_rank_at_the_same_step() {
     let work = kit::TempDir::new().unwrap();

@@ -156,9 +156,10 @@ impl DataFile {
     ) -> Result<RunsRead> {
         match self {
             DataFile::Own(f) => f.read_runs(runs, order, dest, streams, progress),
-            // SAFETY: dest is valid for its length and untouched by anyone
-            // else until this returns (WindowRange::new's contract).
             DataFile::Shared(f) => {
+                // SAFETY: dest is valid for its length and untouched by
+                // anyone else until this returns (WindowRange::new's
+                // contract).
                 let requests = unsafe { f.read_runs_collectively(runs, dest.ptr, dest.len) }?;
                 progress(runs.len());
                 Ok(RunsRead {
@@ -189,9 +190,16 @@ impl OwnFile {
     ) -> Result<RunsRead> {
         let requests = runs.len() as u64;
         let mut refused = 0;
+        // Runs at the head of `order` already complete (and published).
+        let mut head = 0;
         if self.wants_direct(runs, dest)? {
             self.source.set_direct(true)?;
-            match read_on_streams(&self.source, runs, order, dest, streams, progress) {
+            let reached = AtomicUsize::new(0);
+            let heard = |n: usize| {
+                reached.fetch_max(n, Ordering::Relaxed);
+                progress(n)
+            };
+            match read_on_streams(&self.source, runs, order, dest, streams, &heard) {
                 Ok(()) => {
                     return Ok(RunsRead {
                         requests,
@@ -203,13 +211,15 @@ impl OwnFile {
                         && self.mode == DirectIo::Auto =>
                 {
                     // The file system claimed support it does not have
-                    // (some network file systems): read this and every
-                    // later round through the cache, counting the refused
-                    // requests (at most: the attempt may have stopped
-                    // early). Runs it completed were published and stay
-                    // valid; reading them again rewrites the same bytes.
+                    // (some network file systems): read the rest of this
+                    // and every later round through the cache, counting
+                    // the refused requests (at most: the attempt may have
+                    // stopped early). Runs it completed were published
+                    // and ranks may be reading them: they are not read
+                    // again.
                     self.direct_refused.store(true, Ordering::Relaxed);
                     refused = requests;
+                    head = reached.load(Ordering::Relaxed);
                 }
                 Err(e) => return Err(e),
             }
@@ -219,7 +229,10 @@ impl OwnFile {
         if self.direct.is_some() {
             self.source.set_direct(false)?;
         }
-        read_on_streams(&self.source, runs, order, dest, streams, progress)?;
+        let rest = &order[head..];
+        read_on_streams(&self.source, runs, rest, dest, streams, &|n| {
+            progress(head + n)
+        })?;
         Ok(RunsRead {
             requests: requests + refused,
             direct_requests: 0,
@@ -331,11 +344,11 @@ impl WindowRange {
     }
 }
 
-/// Reads `runs` (packed back to back into `dest` in file order) with
-/// `streams` threads, each taking the next run of `order` (indices into
-/// `runs`) as it finishes one; one request per run. Taking runs in order
-/// keeps the head of `order` complete first, which is what `progress`
-/// reports after every run.
+/// Reads the runs `order` names (distinct indices into `runs`, which are
+/// packed back to back into `dest` in file order) with `streams` threads,
+/// each taking the next run of `order` as it finishes one; one request per
+/// run. Taking runs in order keeps the head of `order` complete first,
+/// which is what `progress` reports after every run.
 fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
@@ -351,13 +364,12 @@ fn read_on_streams(
         ));
     }
     let mut seen = vec![false; runs.len()];
-    let permutation = order.len() == runs.len()
-        && order
-            .iter()
-            .all(|&i| i < runs.len() && !std::mem::replace(&mut seen[i], true));
-    if !permutation {
+    let distinct = order
+        .iter()
+        .all(|&i| i < runs.len() && !std::mem::replace(&mut seen[i], true));
+    if !distinct {
         return Err(Error::Internal(
-            "a read order that is not an order of the runs".into(),
+            "a read order that names a run twice or one that is not there".into(),
         ));
     }
     let base = runs.first().map_or(0, |r| r.buf_offset);
@@ -396,7 +408,7 @@ fn read_on_streams(
         }
         Ok(())
     };
-    let streams = streams.clamp(1, runs.len().max(1));
+    let streams = streams.clamp(1, order.len().max(1));
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let others: Vec<_> = (1..streams).map(|_| scope.spawn(stream)).collect();
         let mut results = vec![stream()];
@@ -591,6 +603,29 @@ mod tests {
         assert!(read_on_streams(&file, &runs, &[0, 1], short, 2, &|_| {}).is_err());
         // An order that is not one of the runs.
         assert!(read_on_streams(&file, &runs, &[0, 0], dest, 2, &|_| {}).is_err());
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_partial_order_reads_only_the_runs_it_names() {
+        // What a read through the cache does after direct reads were
+        // refused part way: the runs already in are not written again.
+        let path = scratch_file("partial", 10_000);
+        let file = FileSource::open(&path).unwrap();
+        let runs = runs(&[(0, 100), (5000, 100), (9000, 100)]);
+        let mut buf = vec![0u8; 300];
+        // SAFETY: buf is ours and outlives the call.
+        let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+        let heard = Mutex::new(Vec::new());
+        let progress = |n: usize| heard.lock().unwrap().push(n);
+        read_on_streams(&file, &runs, &[2, 1], dest, 2, &progress).unwrap();
+        assert!(buf[..100].iter().all(|&b| b == 0));
+        for (at, offset) in [(100, 5000), (200, 9000)] {
+            for i in 0..100 {
+                assert_eq!(buf[at + i], ((offset + i) * 7 % 251) as u8);
+            }
+        }
+        assert_eq!(heard.into_inner().unwrap().last(), Some(&2));
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -979,8 +979,8 @@ impl Engine {
     /// soon as that step's runs are in, which they are first (step_ready).
     /// Rounds that ramped up from one step (1, 2, 4, ...) were needed while
     /// a round was served only once all of it was in; kept with per-step
-    /// serving they made the first batch come sooner (0.17–0.21 s against
-    /// 0.22–0.42 s at eight one-rank nodes) but lowered the throughput
+    /// serving they made the first batch come sooner (0.16–0.21 s against
+    /// 0.18–0.42 s at eight one-rank nodes) but lowered the throughput
     /// there (docs/PERFORMANCE.md).
     fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<PlannedRound> {
         let left = self
