@@ -187,10 +187,32 @@ pub struct Counters {
     pub direct_read_requests: u64,
 }
 
-impl Counters {
-    fn add_runs_read(&mut self, n: RunsRead) {
-        self.read_requests += n.requests;
-        self.direct_read_requests += n.direct_requests;
+/// What this reader's reads of values did, counted by the read threads
+/// as each read ends: before the read's last run is published, so a rank
+/// that has seen the data also sees it counted, even in a round the job
+/// stops in the middle of.
+#[derive(Default)]
+struct ReadTally {
+    bytes: std::sync::atomic::AtomicU64,
+    requests: std::sync::atomic::AtomicU64,
+    direct_requests: std::sync::atomic::AtomicU64,
+}
+
+impl ReadTally {
+    fn add(&self, bytes: u64, n: RunsRead) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.bytes.fetch_add(bytes, Relaxed);
+        self.requests.fetch_add(n.requests, Relaxed);
+        self.direct_requests.fetch_add(n.direct_requests, Relaxed);
+    }
+
+    /// `c` with these reads added.
+    fn added_to(&self, mut c: Counters) -> Counters {
+        use std::sync::atomic::Ordering::Relaxed;
+        c.bytes_read += self.bytes.load(Relaxed);
+        c.read_requests += self.requests.load(Relaxed);
+        c.direct_read_requests += self.direct_requests.load(Relaxed);
+        c
     }
 }
 
@@ -283,8 +305,6 @@ struct Round {
     needs: Vec<Vec<usize>>,
     /// This reader's read, while it runs on a helper thread.
     read: Option<InFlight>,
-    /// Bytes this reader reads of the round.
-    my_bytes: u64,
     /// A failure of this rank's part of the round, reported at the next
     /// step's agreement.
     error: Option<Error>,
@@ -385,6 +405,8 @@ pub struct Engine {
     /// no step cursor can resume right after it.
     cut_by_epoch_limit: bool,
     counters: Counters,
+    /// This reader's value reads, counted by its read threads.
+    tally: Arc<ReadTally>,
     rounds_started: u64,
     /// Runs are planned in whole granules of this many bytes (the page
     /// size where readers read around the page cache, else 1).
@@ -537,6 +559,7 @@ impl Engine {
             batch: Vec::new(),
             last_epoch: 0,
             cut_by_epoch_limit: false,
+            tally: Arc::default(),
             rounds_started: 0,
             plan_granule: opened.plan_granule,
             failed: None,
@@ -724,13 +747,13 @@ impl Engine {
     }
 
     pub fn counters(&self) -> Counters {
-        self.counters
+        self.tally.added_to(self.counters)
     }
 
     /// The sums of the node's counters, on every rank of the node
     /// (collective over the node).
     pub fn node_counters(&self) -> Result<Counters> {
-        let c = self.counters;
+        let c = self.counters();
         let mut ints = [
             c.bytes_read,
             c.read_requests,
@@ -1051,8 +1074,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Waits for this reader's read of `round` if it runs on a thread, and
-    /// counts it.
+    /// Waits for this reader's read of `round` if it runs on a thread (the
+    /// read thread counted it).
     fn complete_read(&mut self, round: &mut Round) -> Result<()> {
         let Some(read) = round.read.take() else {
             return Ok(());
@@ -1060,10 +1083,7 @@ impl Engine {
         let io_start = Instant::now();
         let done = read.wait();
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
-        let n = done?;
-        self.counters.add_runs_read(n);
-        self.counters.bytes_read += round.my_bytes;
-        Ok(())
+        done.map(|_| ())
     }
 
     /// Bytes one round may use, and where round number `n` starts: with
@@ -1141,7 +1161,6 @@ impl Engine {
             placements,
             needs,
             read: None,
-            my_bytes: 0,
             error: None,
         };
         let me = held(&self.parts).topology.node.rank();
@@ -1189,7 +1208,6 @@ impl Engine {
         if hi as usize > parts.memory.data_len() {
             return Err(Error::Internal("a round's reads overrun the window".into()));
         }
-        round.my_bytes = hi - lo;
         // The range lies inside this round's area of the window (the plan
         // fits its capacity, checked above); each reader writes only its
         // own range, and no rank reads a byte of it before the reader's
@@ -1210,12 +1228,14 @@ impl Engine {
         let phases = readers.size().div_ceil(group);
         let my_phase = readers.rank() / group;
         let own = matches!(**file, DataFile::Own(_));
+        let bytes = len as u64;
         if phases == 1 && self.options.overlap {
             let file = Arc::clone(file);
+            let tally = Arc::clone(&self.tally);
             let in_flight = BackgroundRead::start();
             let read = move || {
                 let _in_flight = in_flight;
-                read_and_publish(&file, &runs, &order, dest, streams, progress)
+                read_and_publish(&file, &runs, &order, dest, streams, progress, &tally, bytes)
             };
             round.read = Some(if own || self.threaded_reads {
                 InFlight::Thread(Some(std::thread::spawn(read)))
@@ -1231,7 +1251,16 @@ impl Engine {
             // Collective reads take part in every phase, reading nothing
             // in the others' phases.
             let done = if mine {
-                read_and_publish(file, &runs, &order, dest, streams, progress)
+                read_and_publish(
+                    file,
+                    &runs,
+                    &order,
+                    dest,
+                    streams,
+                    progress,
+                    &self.tally,
+                    bytes,
+                )
             } else if !own {
                 // SAFETY: an empty range.
                 let nothing = unsafe { WindowRange::new(buf, 0) };
@@ -1240,10 +1269,6 @@ impl Engine {
                 Ok(RunsRead::default())
             };
             match done {
-                Ok(n) if mine => {
-                    self.counters.add_runs_read(n);
-                    self.counters.bytes_read += len as u64;
-                }
                 Ok(_) => {}
                 Err(e) if result.is_ok() => result = Err(e),
                 Err(_) => {}
@@ -1317,7 +1342,9 @@ fn progress_words(node_ranks: usize) -> usize {
 
 /// Reads `runs` in `order` and publishes the progress, ending with every
 /// run complete or with the failure (also when the read unwinds), so that
-/// no rank waits for a read that stopped.
+/// no rank waits for a read that stopped. The read is counted in `tally`
+/// before its last run is published.
+#[allow(clippy::too_many_arguments)]
 fn read_and_publish(
     file: &DataFile,
     runs: &[ReadRun],
@@ -1325,6 +1352,8 @@ fn read_and_publish(
     dest: WindowRange,
     streams: usize,
     progress: Progress,
+    tally: &ReadTally,
+    bytes: u64,
 ) -> Result<RunsRead> {
     struct FailUnlessDone(Progress, bool);
     impl Drop for FailUnlessDone {
@@ -1335,8 +1364,14 @@ fn read_and_publish(
         }
     }
     let mut guard = FailUnlessDone(progress, false);
-    let read = file.read_runs(runs, order, dest, streams, &move |n| progress.complete(n))?;
-    progress.complete(runs.len());
+    let all = runs.len();
+    let read = file.read_runs(runs, order, dest, streams, &move |n| {
+        if n < all {
+            progress.complete(n)
+        }
+    })?;
+    tally.add(bytes, read);
+    progress.complete(all);
     guard.1 = true;
     Ok(read)
 }
