@@ -63,9 +63,9 @@ LmdbioDataLayer<Dtype>::LmdbioDataLayer(const caffe::LayerParameter& param)
 
 template <typename Dtype>
 LmdbioDataLayer<Dtype>::~LmdbioDataLayer() {
-  // The prefetch thread stops only once the free queue is empty, i.e. after
-  // the same number of engine steps on every rank (see InternalThreadEntry),
-  // so the collective close below meets every rank.
+  // The prefetch thread stops only once every batch the free queue held is
+  // loaded, i.e. after the same number of engine steps on every rank (see
+  // InternalThreadEntry), so the collective close below meets every rank.
   this->StopInternalThread();
   pool_.reset();
   lmdbio_caffe_reader_free(reader_);
@@ -202,9 +202,14 @@ void LmdbioDataLayer<Dtype>::open_share_reader(int* rank, int* ranks, uint64_t* 
 // Caffe's loop checks must_stop() between batches, so a layer stops after
 // however many batches it happened to load when interrupted: a number that
 // differs between ranks and would leave a collective step unmatched. This
-// loop stops only when the free queue is empty (BlockingQueue::pop waits,
-// and so sees the interruption, only then): after exactly (batches
-// consumed + prefetch) engine steps, the same on every rank.
+// loop loads one batch for every batch the free queue ever held: the
+// prefetch count, plus one per batch the net gave back, all given back
+// before the layer is stopped. The interruption is seen only in a wait for
+// an empty free queue, but a wait woken by a batch given back just before
+// the stop can also end in the interruption (boost checks for it on
+// waking); so after it, every batch still in the queue is loaded too. The
+// engine steps are then the same on every rank, whenever each one's
+// prefetch thread happens to run.
 template <typename Dtype>
 void LmdbioDataLayer<Dtype>::InternalThreadEntry() {
   try {
@@ -214,7 +219,12 @@ void LmdbioDataLayer<Dtype>::InternalThreadEntry() {
       this->prefetch_full_.push(batch);
     }
   } catch (boost::thread_interrupted&) {
-    // Expected at shutdown.
+    // Expected at shutdown: load what is left, without waiting.
+    caffe::Batch<Dtype>* batch = nullptr;
+    while (this->prefetch_free_.try_pop(&batch)) {
+      load_batch(batch);
+      this->prefetch_full_.push(batch);
+    }
   }
 }
 
