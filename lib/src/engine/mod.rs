@@ -826,23 +826,10 @@ impl Engine {
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
 
         let delivered = self.place_batch(t);
-        // The step's values are checked only once they are in. After the
-        // round's last step every run is in, and this reader's read thread
-        // is done: it is joined now, so the counters include it.
-        let last_of_round = self
-            .round
-            .as_ref()
-            .is_some_and(|r| t + 1 == r.first_step + r.steps);
+        // The step's values are checked only once they are in.
         let checked = reads_in.and_then(|ready| {
             if ready {
                 agree::local(|| self.check_overflow_headers())?;
-                if last_of_round {
-                    if let Some(mut round) = self.round.take() {
-                        let joined = self.complete_read(&mut round);
-                        self.round = Some(round);
-                        joined?;
-                    }
-                }
             }
             Ok(ready)
         });
@@ -922,20 +909,19 @@ impl Engine {
     /// first (it reports why); this rank's own failure as `Err`.
     fn wait_for_step(&mut self, t: u64) -> Result<bool> {
         let me = held(&self.parts).topology.node.rank();
-        let readers = self.node_readers();
-        let round = self.round.as_mut().expect("round loaded before waiting");
-        if let Some(e) = round.error.take() {
+        if let Some(e) = self.round.as_mut().and_then(|r| r.error.take()) {
             return Err(e);
         }
+        let round = self.round.as_ref().expect("round loaded before waiting");
         let offset = (t - round.first_step) as usize;
-        let memory = &held(&self.parts).memory;
-        let words: Vec<&AtomicU64> = (0..readers)
-            .map(|g| memory.progress_word(progress_index(round.area, readers, g)))
+        let words: Vec<&AtomicU64> = (0..self.node_readers())
+            .map(|g| self.progress_word(round.area, g))
             .collect();
         let needs: Vec<usize> = round.needs.iter().map(|n| n[offset]).collect();
         match step_ready::wait_for_step(&words, round.tag, &needs) {
             StepReads::Ready => Ok(true),
             StepReads::Failed { reader } if reader == me => {
+                let round = self.round.as_mut().expect("round loaded before waiting");
                 let why = round.read.take().map(InFlight::wait);
                 Err(match why {
                     Some(Err(e)) => e,
@@ -1037,7 +1023,8 @@ impl Engine {
     /// on this one.
     fn load_round(&mut self, first: u64) -> Result<()> {
         // Every step of the round before was served, so its reads are
-        // complete and normally joined (advance); this joins them if not.
+        // complete; this joins the thread that ran them (it counted them
+        // itself, see ReadTally).
         let retired = match self.round.take() {
             Some(mut done) => self.complete_read(&mut done),
             None => Ok(()),
@@ -1086,16 +1073,17 @@ impl Engine {
         done.map(|_| ())
     }
 
-    /// Bytes one round may use, and where round number `n` starts: with
-    /// overlap the window is two halves used in turn.
-    fn round_area(&self, n: u64) -> (u64, u64) {
+    /// Which area round number `n` uses, the bytes it may use, and where
+    /// it starts: with overlap the window is two halves used in turn.
+    fn round_area(&self, n: u64) -> (usize, u64, u64) {
         let len = held(&self.parts).memory.data_len() as u64;
         if self.options.overlap {
             // Halves start at a whole granule, as direct reads need.
             let half = len / 2 / self.plan_granule * self.plan_granule;
-            (half, (n % 2) * half)
+            let area = n % 2;
+            (area as usize, half, area * half)
         } else {
-            (len, 0)
+            (0, len, 0)
         }
     }
 
@@ -1105,12 +1093,7 @@ impl Engine {
     /// in this reader's progress word so no rank waits for it.
     fn start_round(&mut self, first: u64) -> Result<Round> {
         let waited = Instant::now();
-        let area = if self.options.overlap {
-            (self.rounds_started % 2) as usize
-        } else {
-            0
-        };
-        let (capacity, base) = self.round_area(self.rounds_started);
+        let (area, capacity, base) = self.round_area(self.rounds_started);
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
         let fit = if held(&self.parts).topology.node.rank() == 0 {
@@ -1179,13 +1162,19 @@ impl Engine {
         Ok(round)
     }
 
-    /// This reader's progress word for the round of `tag` in `area`.
+    /// Reader `reader`'s progress word for window area `area`: the window
+    /// holds one set of one word per reader for each area.
+    fn progress_word(&self, area: usize, reader: usize) -> &AtomicU64 {
+        let readers = self.node_readers();
+        held(&self.parts)
+            .memory
+            .progress_word(area * readers + reader)
+    }
+
+    /// This reader's progress word for the round of `tag` in `area`, as
+    /// its read threads publish to it.
     fn progress(&self, area: usize, reader: usize, tag: u32) -> Progress {
-        let word = held(&self.parts).memory.progress_word(progress_index(
-            area,
-            self.node_readers(),
-            reader,
-        ));
+        let word = self.progress_word(area, reader);
         // SAFETY: the word lies in the node's window, which the engine
         // keeps until every read publishing to it has been joined (drop
         // takes the rounds, whose reads join, before giving it back).
@@ -1326,12 +1315,6 @@ struct MyReads {
 struct PlacedBatch {
     cut: bool,
     bytes: u64,
-}
-
-/// Where reader `reader`'s progress word for window area `area` is, among
-/// the window's [`progress_words`].
-fn progress_index(area: usize, readers: usize, reader: usize) -> usize {
-    area * readers + reader
 }
 
 /// Progress words the window holds: one per reader (at most one per node
