@@ -450,6 +450,13 @@ fn one_rank_per_node_reads_and_requests_follow_the_coalescing_target() {
         requests <= stretches,
         "{requests} requests per node, more than one per block per round ({stretches})"
     );
+    // A collective round is read whole before its first step, so that
+    // step's agreement covers every step of the round.
+    assert_eq!(
+        f("step_agreements"),
+        f("rounds"),
+        "one agreement per collective round"
+    );
 }
 
 fn assert_every_rank_fails(out: &Output, n: usize, needle: &str) {

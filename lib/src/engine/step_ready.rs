@@ -171,6 +171,15 @@ pub(super) enum StepReads {
     Failed { reader: usize },
 }
 
+/// Whether every reader's word shows `needs` runs of round `tag` complete
+/// now, without waiting.
+pub(super) fn step_is_in(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> bool {
+    words.iter().zip(needs).all(|(word, &need)| {
+        let w = word.load(Ordering::Acquire);
+        need == 0 || (w >> 32 == u64::from(tag) && (w & COUNT) as usize >= need)
+    })
+}
+
 /// Waits until reader `g`'s word shows `needs[g]` runs of round `tag`
 /// complete, for every reader, or one of them failed first. Sleeps on the
 /// word (a futex: readers wake its waiters whenever they publish), so a
@@ -347,6 +356,8 @@ mod tests {
         // Counts of an older round do not count.
         at(0, 6).complete(9);
         at(1, 7).complete(1);
+        assert!(!step_is_in(&refs, 7, &[2, 1]));
+        assert!(step_is_in(&refs, 7, &[0, 1]));
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(5));
@@ -358,12 +369,15 @@ mod tests {
         // and fails the next one, on every rank alike.
         at(1, 7).fail();
         assert_eq!(wait_for_step(&refs, 7, &[2, 1]), StepReads::Ready);
+        assert!(step_is_in(&refs, 7, &[2, 1]));
+        assert!(!step_is_in(&refs, 7, &[2, 2]));
         assert_eq!(
             wait_for_step(&refs, 7, &[2, 2]),
             StepReads::Failed { reader: 1 }
         );
         // A later success cannot hide the failure.
         at(1, 7).complete(5);
+        assert!(!step_is_in(&refs, 7, &[0, 2]));
         assert_eq!(
             wait_for_step(&refs, 7, &[0, 2]),
             StepReads::Failed { reader: 1 }

@@ -128,6 +128,7 @@ pub fn run(
     m.index_read_requests = c.index_read_requests;
     m.direct_read_requests = c.direct_read_requests;
     m.rounds = c.rounds;
+    m.step_agreements = c.step_agreements;
     m.setup_made = c.setup_made;
     m.read_wait_s = c.io_seconds;
     m.agreement_wait_s = c.wait_seconds;

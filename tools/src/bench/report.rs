@@ -30,6 +30,9 @@ pub struct Measurement {
     pub direct_read_requests: u64,
     /// Collective read rounds (lmdbio only): each may end a coalesced run.
     pub rounds: u64,
+    /// Steps that needed an agreement of their own (lmdbio only; see
+    /// `Counters::step_agreements`).
+    pub step_agreements: u64,
     /// MPI set-up the engine's open had to make (lmdbio only; see
     /// `Counters::setup_made`).
     pub setup_made: u64,
@@ -134,6 +137,7 @@ impl<'w> Context<'w> {
             index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
             direct_read_requests_per_node: self.sum(m.direct_read_requests as f64) / nodes,
             rounds: self.max(m.rounds as f64) as u64,
+            step_agreements: self.max(m.step_agreements as f64) as u64,
             setup_made: self.max(m.setup_made as f64) as u64,
             prepare_s: None,
             read_wait_s_per_rank: self.max(m.read_wait_s),
@@ -178,6 +182,8 @@ pub struct Run {
     /// Value reads that went around the page cache (direct I/O).
     pub direct_read_requests_per_node: f64,
     pub rounds: u64,
+    /// Steps that needed an agreement of their own (most of any rank).
+    pub step_agreements: u64,
     /// Blocking MPI set-up the engine's open made (node communicators,
     /// shared window): 0 when kept from an earlier open or `prepare`.
     pub setup_made: u64,
