@@ -99,6 +99,18 @@ pub fn set_direct(file: &File, on: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `file`'s open file description reads around the page cache.
+#[cfg(all(test, target_os = "linux"))]
+pub fn is_direct(file: &File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GETFL on a descriptor we own; no memory is passed.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(flags & libc::O_DIRECT != 0)
+}
+
 #[cfg(not(target_os = "linux"))]
 pub fn set_direct(_file: &File, _on: bool) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))

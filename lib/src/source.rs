@@ -103,6 +103,12 @@ impl FileSource {
         crate::page_cache::direct_alignment(&self.file)
     }
 
+    /// Whether reads of this source go around the page cache now.
+    #[cfg(all(test, target_os = "linux"))]
+    pub(crate) fn is_direct(&self) -> bool {
+        crate::page_cache::is_direct(&self.file).expect("F_GETFL on an open file")
+    }
+
     /// Switches direct reads on or off for every thread reading this
     /// source; no read of the other kind may be in flight meanwhile.
     pub fn set_direct(&self, on: bool) -> Result<()> {

@@ -20,7 +20,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
@@ -80,6 +80,62 @@ pub(crate) struct OwnFile {
     /// Set after a direct read was refused (`EINVAL`) although the file
     /// system claimed support: the rest is read through the cache.
     direct_refused: AtomicBool,
+    /// Which way the descriptor reads, and the reads relying on it.
+    descriptor: DescriptorMode,
+}
+
+/// Whether the reader's descriptor reads around the page cache, shared by
+/// the reads in progress. `O_DIRECT` belongs to the open file description,
+/// which every stream of the reader shares, and with a round read ahead two
+/// rounds' reads can be in flight: switching the flag for one would switch
+/// it under the other (an unaligned read then fails, an aligned one is
+/// counted under the wrong mode). A read that needs the other mode waits
+/// for the reads in progress, which belong to the round the ranks need
+/// first anyway.
+#[derive(Default)]
+struct DescriptorMode {
+    state: Mutex<ModeState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct ModeState {
+    direct: bool,
+    reads: usize,
+}
+
+/// A read relying on the descriptor's mode; the mode stays until dropped.
+struct ModeHeld<'m>(&'m DescriptorMode);
+
+impl DescriptorMode {
+    fn lock(&self) -> MutexGuard<'_, ModeState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until no read relies on the other mode, switches `source` to
+    /// `direct` if it is not there yet, and holds it there.
+    fn enter<'m>(&'m self, source: &FileSource, direct: bool) -> Result<ModeHeld<'m>> {
+        let mut state = self.lock();
+        while state.direct != direct && state.reads > 0 {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        if state.direct != direct {
+            source.set_direct(direct)?;
+            state.direct = direct;
+        }
+        state.reads += 1;
+        Ok(ModeHeld(self))
+    }
+}
+
+impl Drop for ModeHeld<'_> {
+    fn drop(&mut self) {
+        self.0.lock().reads -= 1;
+        self.0.changed.notify_all();
+    }
 }
 
 impl DataFile {
@@ -107,6 +163,7 @@ impl DataFile {
             mode: options.direct_io,
             direct,
             direct_refused: AtomicBool::new(false),
+            descriptor: DescriptorMode::default(),
         }))
     }
 
@@ -193,7 +250,7 @@ impl OwnFile {
         // Runs at the head of `order` already complete (and published).
         let mut head = 0;
         if self.wants_direct(runs, dest)? {
-            self.source.set_direct(true)?;
+            let _direct = self.descriptor.enter(&self.source, true)?;
             let reached = AtomicUsize::new(0);
             let heard = |n: usize| {
                 reached.fetch_max(n, Ordering::Relaxed);
@@ -224,11 +281,12 @@ impl OwnFile {
                 Err(e) => return Err(e),
             }
         }
-        // Only a descriptor that may have been switched needs switching
-        // back; the default never switches, so it makes no call here.
-        if self.direct.is_some() {
-            self.source.set_direct(false)?;
-        }
+        // Only a descriptor that may have been switched needs holding in
+        // its cached mode; the default never switches it.
+        let _cached = match self.direct {
+            Some(_) => Some(self.descriptor.enter(&self.source, false)?),
+            None => None,
+        };
         let rest = &order[head..];
         read_on_streams(&self.source, runs, rest, dest, streams, &|n| {
             progress(head + n)
@@ -509,7 +567,42 @@ mod tests {
             mode,
             direct,
             direct_refused: AtomicBool::new(false),
+            descriptor: DescriptorMode::default(),
         }
+    }
+
+    #[test]
+    fn a_read_in_the_other_mode_waits_for_the_reads_in_progress() {
+        let path = scratch_file("modes", 1 << 16);
+        let file = own(&path, DirectIo::Always);
+        if file.direct.is_none() {
+            std::fs::remove_file(path).unwrap();
+            return; // no direct reads on this file system
+        }
+        let first = file.descriptor.enter(&file.source, true).unwrap();
+        assert!(file.source.is_direct());
+        let cached = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _held = file.descriptor.enter(&file.source, false).unwrap();
+                assert!(!file.source.is_direct());
+                cached.store(true, Ordering::SeqCst);
+            });
+            // Another direct read joins the one in progress ...
+            let second = file.descriptor.enter(&file.source, true).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            // ... while the cached one waits for both.
+            assert!(!cached.load(Ordering::SeqCst));
+            assert!(file.source.is_direct());
+            drop(second);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!cached.load(Ordering::SeqCst));
+            assert!(file.source.is_direct());
+            drop(first);
+        });
+        assert!(cached.load(Ordering::SeqCst));
+        assert!(!file.source.is_direct());
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
