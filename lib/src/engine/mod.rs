@@ -868,9 +868,9 @@ impl Engine {
     /// agrees with every rank on how far the steps are served: `t`, and
     /// the later steps of the round that every node already has in (their
     /// ranks' overflow headers checked), which then need no agreement of
-    /// their own. One reduction per step cost each rank about a
-    /// millisecond on a busy node, and a step already in everywhere has
-    /// nothing to agree on.
+    /// their own. A reduction costs each rank about a millisecond
+    /// with eight ranks on two cores (docs/bench/polite-wait), and a step
+    /// already in everywhere has nothing to agree on.
     fn agree_on_steps_from(&mut self, t: u64) -> Result<PlacedBatch> {
         let io_start = Instant::now();
         let reads_in = self.wait_for_step(t);
@@ -957,8 +957,8 @@ impl Engine {
         placed
     }
 
-    /// This rank's records of step `t` of the loaded round, appended to
-    /// `batch` with their places in the window.
+    /// This rank's records of step `t` of the loaded round, with their
+    /// places in the window, written over `batch`.
     fn own_records(&self, t: u64, batch: &mut Vec<BatchRecord>) -> PlacedBatch {
         let round = self.round.as_ref().expect("round loaded before placing");
         let me = held(&self.parts).topology.node.rank();
