@@ -10,3 +10,6 @@ POINTS="8:1 4:1 2:2 8:2 2:1" PAIRS="1 2 3" scripts/bench-ab.sh docs/bench/step-r
   target/old/release/lmdbio target/release/lmdbio
 POINTS="2:1 8:1" PAIRS="4 5 6" scripts/bench-ab.sh docs/bench/step-run \
   target/old/release/lmdbio target/release/lmdbio
+# Three more pairs at P = 2 one per node, where the first two pairs differed.
+POINTS="2:1" PAIRS="7 8 9" scripts/bench-ab.sh docs/bench/step-run \
+  target/old/release/lmdbio target/release/lmdbio
