@@ -322,6 +322,15 @@ struct Round {
     error: Option<Error>,
 }
 
+impl Round {
+    /// How many runs each reader must have complete before step `t` (of
+    /// this round) is served.
+    fn needs_of(&self, t: u64) -> Vec<usize> {
+        let offset = (t - self.first_step) as usize;
+        self.needs.iter().map(|n| n[offset]).collect()
+    }
+}
+
 /// This reader's outstanding read of a round.
 enum InFlight {
     /// A read that completed when it was started.
@@ -923,15 +932,11 @@ impl Engine {
     fn steps_in_after(&mut self, t: u64) -> u64 {
         let round = self.round.as_ref().expect("round loaded before serving");
         let end = round.first_step + round.steps;
-        let words: Vec<&AtomicU64> = (0..self.node_readers())
-            .map(|g| self.progress_word(round.area, g))
-            .collect();
+        let words = self.progress_words_of(round);
         let mut records = Vec::new();
         let mut s = t + 1;
         while s < end {
-            let offset = (s - round.first_step) as usize;
-            let needs: Vec<usize> = round.needs.iter().map(|n| n[offset]).collect();
-            if !step_ready::step_is_in(&words, round.tag, &needs) {
+            if !step_ready::step_is_in(&words, round.tag, &round.needs_of(s)) {
                 break;
             }
             if s >= round.checked_end {
@@ -1002,12 +1007,8 @@ impl Engine {
             return Err(e);
         }
         let round = self.round.as_ref().expect("round loaded before waiting");
-        let offset = (t - round.first_step) as usize;
-        let words: Vec<&AtomicU64> = (0..self.node_readers())
-            .map(|g| self.progress_word(round.area, g))
-            .collect();
-        let needs: Vec<usize> = round.needs.iter().map(|n| n[offset]).collect();
-        match step_ready::wait_for_step(&words, round.tag, &needs) {
+        let words = self.progress_words_of(round);
+        match step_ready::wait_for_step(&words, round.tag, &round.needs_of(t)) {
             StepReads::Ready => Ok(true),
             StepReads::Failed { reader } if reader == me => {
                 let round = self.round.as_mut().expect("round loaded before waiting");
@@ -1260,6 +1261,13 @@ impl Engine {
         held(&self.parts)
             .memory
             .progress_word(area * readers + reader)
+    }
+
+    /// Every reader's progress word for the area `round` uses.
+    fn progress_words_of(&self, round: &Round) -> Vec<&AtomicU64> {
+        (0..self.node_readers())
+            .map(|g| self.progress_word(round.area, g))
+            .collect()
     }
 
     /// This reader's progress word for the round of `tag` in `area`, as

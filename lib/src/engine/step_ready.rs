@@ -171,13 +171,18 @@ pub(super) enum StepReads {
     Failed { reader: usize },
 }
 
+/// Whether progress word `w` shows `need` runs of round `tag` complete.
+fn reached(w: u64, tag: u32, need: usize) -> bool {
+    need == 0 || (w >> 32 == u64::from(tag) && (w & COUNT) as usize >= need)
+}
+
 /// Whether every reader's word shows `needs` runs of round `tag` complete
 /// now, without waiting.
 pub(super) fn step_is_in(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> bool {
-    words.iter().zip(needs).all(|(word, &need)| {
-        let w = word.load(Ordering::Acquire);
-        need == 0 || (w >> 32 == u64::from(tag) && (w & COUNT) as usize >= need)
-    })
+    words
+        .iter()
+        .zip(needs)
+        .all(|(word, &need)| reached(word.load(Ordering::Acquire), tag, need))
 }
 
 /// Waits until reader `g`'s word shows `needs[g]` runs of round `tag`
@@ -189,19 +194,13 @@ pub(super) fn step_is_in(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> boo
 pub(super) fn wait_for_step(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> StepReads {
     let mut reader = 0;
     while reader < words.len() {
-        if needs[reader] == 0 {
+        let w = words[reader].load(Ordering::Acquire);
+        if reached(w, tag, needs[reader]) {
             reader += 1;
             continue;
         }
-        let w = words[reader].load(Ordering::Acquire);
-        if w >> 32 == u64::from(tag) {
-            if (w & COUNT) as usize >= needs[reader] {
-                reader += 1;
-                continue;
-            }
-            if w & FAILED != 0 {
-                return StepReads::Failed { reader };
-            }
+        if w >> 32 == u64::from(tag) && w & FAILED != 0 {
+            return StepReads::Failed { reader };
         }
         futex::wait(words[reader], w as u32, Duration::from_millis(2));
     }
