@@ -976,6 +976,15 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
         }
         assert_eq!(run["ranks"].as_u64(), Some(4));
     }
+    // Two ranks per node: the two raw variants make different reads, and
+    // the limit every ratio uses is the better one's median.
+    let limit = doc["storage_limit_mb_per_s"].as_f64().unwrap();
+    let mb_per_s = |m: &str| method_run(&doc, m)["mb_per_s"].as_f64().unwrap();
+    assert_eq!(limit, mb_per_s("raw").max(mb_per_s("raw-node")));
+    for run in runs {
+        let expected = run["mb_per_s"].as_f64().unwrap() / limit;
+        assert!((run["ratio_to_raw"].as_f64().unwrap() - expected).abs() < 1e-9);
+    }
     let opens = |m: &str| method_run(&doc, m)["file_opens_per_node"].as_f64().unwrap();
     assert_eq!(opens("lmdbio"), 1.0);
     // The engine's time in reads and agreements is reported, and it is
