@@ -981,6 +981,7 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
     let limit = doc["storage_limit_mb_per_s"].as_f64().unwrap();
     let mb_per_s = |m: &str| method_run(&doc, m)["mb_per_s"].as_f64().unwrap();
     assert_eq!(limit, mb_per_s("raw").max(mb_per_s("raw-node")));
+    assert_eq!(doc["storage_limit_pooled"].as_bool(), Some(false));
     for run in runs {
         let expected = run["mb_per_s"].as_f64().unwrap() / limit;
         assert!((run["ratio_to_raw"].as_f64().unwrap() - expected).abs() < 1e-9);

@@ -326,15 +326,15 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         }
     }
     let mut medians = report::medians(&runs, &methods);
-    report::add_ratios(&mut medians, &mut runs);
-    let storage_limit = report::storage_limit(&runs);
+    let storage_limit = report::add_ratios(&mut medians, &mut runs);
     if world.rank() == 0 {
         report::print_table(&medians, storage_limit);
         if let Some(path) = &args.json {
             let doc = serde_json::json!({
                 "repeat": repeat,
                 "lmdbio_prepare_s": prepare_s,
-                "storage_limit_mb_per_s": storage_limit,
+                "storage_limit_mb_per_s": storage_limit.map(|l| l.mb_per_s),
+                "storage_limit_pooled": storage_limit.map(|l| l.pooled),
                 "runs": medians,
                 "all_runs": runs,
             });

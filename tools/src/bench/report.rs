@@ -250,6 +250,15 @@ fn median_index(n: usize) -> usize {
     n.saturating_sub(1) / 2
 }
 
+/// The storage limit of an invocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StorageLimit {
+    pub mb_per_s: f64,
+    /// `raw` and `raw-node` ran with one rank per node and their runs were
+    /// taken as one sample.
+    pub pooled: bool,
+}
+
 /// The storage limit of an invocation, from every run in it: the better of
 /// the raw variants' median throughputs.
 ///
@@ -260,49 +269,51 @@ fn median_index(n: usize) -> usize {
 /// one-rank-per-node points kept under docs/bench/ by the eighth round,
 /// the better median stood 7.7% above the pooled one on average, which
 /// charged every other method's ratio with the noise.
-pub fn storage_limit(runs: &[Run]) -> Option<f64> {
+fn storage_limit(runs: &[Run]) -> Option<StorageLimit> {
     let raw: Vec<&Run> = runs
         .iter()
         .filter(|r| r.method.starts_with("raw"))
         .collect();
     let same_reads = raw.iter().all(|r| r.nodes == r.ranks);
-    let mut groups: Vec<Vec<f64>> = Vec::new();
-    let mut names: Vec<&str> = Vec::new();
+    let mut samples: Vec<(&str, Vec<f64>)> = Vec::new();
     for r in &raw {
-        let name = if same_reads { "raw" } else { r.method };
-        match names.iter().position(|&n| n == name) {
-            Some(i) => groups[i].push(r.mb_per_s),
-            None => {
-                names.push(name);
-                groups.push(vec![r.mb_per_s]);
-            }
+        match samples.iter_mut().find(|(m, _)| *m == r.method) {
+            Some((_, v)) => v.push(r.mb_per_s),
+            None => samples.push((r.method, vec![r.mb_per_s])),
         }
     }
-    groups
+    let pooled = same_reads && samples.len() > 1;
+    if pooled {
+        let all = samples.drain(..).flat_map(|(_, v)| v).collect();
+        samples.push(("raw", all));
+    }
+    samples
         .iter_mut()
-        .map(|g| {
-            g.sort_by(f64::total_cmp);
-            g[median_index(g.len())]
+        .map(|(_, v)| {
+            v.sort_by(f64::total_cmp);
+            v[median_index(v.len())]
         })
         .reduce(f64::max)
+        .map(|mb_per_s| StorageLimit { mb_per_s, pooled })
 }
 
 /// Ratios to the storage limit (see [`storage_limit`]) and to lmdb-skip's
 /// median, both measured in the same invocation, for the median rows and
-/// for every single run.
-pub fn add_ratios(rows: &mut [Run], runs: &mut [Run]) {
+/// for every single run. Returns the limit.
+pub fn add_ratios(rows: &mut [Run], runs: &mut [Run]) -> Option<StorageLimit> {
     let limit = storage_limit(runs);
     let skip = rows
         .iter()
         .find(|r| r.method == "lmdb-skip")
         .map(|r| r.mb_per_s);
     for r in rows.iter_mut().chain(runs.iter_mut()) {
-        r.ratio_to_raw = limit.map(|x| r.mb_per_s / x);
+        r.ratio_to_raw = limit.map(|x| r.mb_per_s / x.mb_per_s);
         r.ratio_to_lmdb_skip = skip.map(|x| r.mb_per_s / x);
     }
+    limit
 }
 
-pub fn print_table(runs: &[Run], storage_limit: Option<f64>) {
+pub fn print_table(runs: &[Run], storage_limit: Option<StorageLimit>) {
     let mib = |b: f64| b / (1 << 20) as f64;
     let ratio = |r: Option<f64>| r.map_or("-".to_string(), |v| format!("{v:.2}"));
     println!(
@@ -349,14 +360,13 @@ pub fn print_table(runs: &[Run], storage_limit: Option<f64>) {
         }
     }
     if let Some(limit) = storage_limit {
-        let pooled = runs.iter().all(|r| r.nodes == r.ranks)
-            && runs.iter().filter(|r| r.method.starts_with("raw")).count() > 1;
         println!(
-            "storage limit (/raw): {limit:.1} MB/s{}",
-            if pooled {
-                ", the median of raw and raw-node together (the same reads at one rank per node)"
+            "storage limit (/raw): {:.1} MB/s, {}",
+            limit.mb_per_s,
+            if limit.pooled {
+                "the median of raw and raw-node together (the same reads at one rank per node)"
             } else {
-                ", the better raw variant's median"
+                "the better raw variant's median"
             }
         );
     }
@@ -367,7 +377,11 @@ pub fn print_table(runs: &[Run], storage_limit: Option<f64>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_ratios, storage_limit, Run};
+    use super::{add_ratios, storage_limit, Run, StorageLimit};
+
+    fn limit(mb_per_s: f64, pooled: bool) -> Option<StorageLimit> {
+        Some(StorageLimit { mb_per_s, pooled })
+    }
 
     fn run(method: &'static str, ranks: usize, nodes: usize, mb_per_s: f64) -> Run {
         Run {
@@ -390,17 +404,17 @@ mod tests {
     fn one_rank_per_node_pools_both_raw_variants_into_one_median() {
         // The better of the two medians would be 140.
         let all = runs(4, 4, &[100.0, 120.0, 110.0], &[150.0, 130.0, 140.0]);
-        assert_eq!(storage_limit(&all), Some(120.0));
+        assert_eq!(storage_limit(&all), limit(120.0, true));
     }
 
     #[test]
     fn several_ranks_per_node_take_the_better_variant() {
         let all = runs(4, 2, &[100.0, 120.0, 110.0], &[150.0, 130.0, 140.0]);
-        assert_eq!(storage_limit(&all), Some(140.0));
+        assert_eq!(storage_limit(&all), limit(140.0, false));
         let all = runs(4, 2, &[300.0, 320.0, 310.0], &[150.0, 130.0, 140.0]);
-        assert_eq!(storage_limit(&all), Some(310.0));
+        assert_eq!(storage_limit(&all), limit(310.0, false));
         let only_raw = runs(2, 1, &[90.0, 80.0], &[]);
-        assert_eq!(storage_limit(&only_raw), Some(80.0));
+        assert_eq!(storage_limit(&only_raw), limit(80.0, false));
     }
 
     #[test]
@@ -408,7 +422,7 @@ mod tests {
         let mut all = vec![run("lmdbio", 2, 2, 100.0), run("lmdb-skip", 2, 2, 50.0)];
         assert_eq!(storage_limit(&all), None);
         let mut rows = all.clone();
-        add_ratios(&mut rows, &mut all);
+        assert_eq!(add_ratios(&mut rows, &mut all), None);
         assert!(rows.iter().chain(&all).all(|r| r.ratio_to_raw.is_none()));
         assert_eq!(rows[0].ratio_to_lmdb_skip, Some(2.0));
     }
@@ -419,7 +433,7 @@ mod tests {
         all.push(run("lmdbio", 2, 2, 150.0));
         all.push(run("lmdbio", 2, 2, 250.0));
         let mut rows = vec![all[1].clone(), all[3].clone()];
-        add_ratios(&mut rows, &mut all);
+        assert_eq!(add_ratios(&mut rows, &mut all), limit(200.0, false));
         assert_eq!(rows[1].ratio_to_raw, Some(0.75));
         assert_eq!(all[4].ratio_to_raw, Some(1.25));
         assert_eq!(all[0].ratio_to_raw, Some(0.5));
