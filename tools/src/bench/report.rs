@@ -259,49 +259,40 @@ pub struct StorageLimit {
     pub pooled: bool,
 }
 
-/// The storage limit of an invocation, from every run in it: the better of
-/// the raw variants' median throughputs.
+/// The storage limit of an invocation: the better of the raw variants'
+/// medians (`rows`, one per method, from [`medians`]).
 ///
 /// With one rank per node, `raw` and `raw-node` make the same reads (every
-/// rank is its node's one reader), so their runs are one sample of one
+/// rank is its node's one reader), so their `runs` are one sample of one
 /// figure and are pooled into one median. Taking the better of two medians
 /// of the same thing would pick whichever the noise favoured: over the 52
 /// one-rank-per-node points kept under docs/bench/ by the eighth round,
 /// the better median stood 7.7% above the pooled one on average, which
 /// charged every other method's ratio with the noise.
-fn storage_limit(runs: &[Run]) -> Option<StorageLimit> {
-    let raw: Vec<&Run> = runs
-        .iter()
-        .filter(|r| r.method.starts_with("raw"))
-        .collect();
-    let same_reads = raw.iter().all(|r| r.nodes == r.ranks);
-    let mut samples: Vec<(&str, Vec<f64>)> = Vec::new();
-    for r in &raw {
-        match samples.iter_mut().find(|(m, _)| *m == r.method) {
-            Some((_, v)) => v.push(r.mb_per_s),
-            None => samples.push((r.method, vec![r.mb_per_s])),
-        }
+fn storage_limit(rows: &[Run], runs: &[Run]) -> Option<StorageLimit> {
+    let is_raw = |r: &&Run| r.method.starts_with("raw");
+    let variants: Vec<&Run> = rows.iter().filter(is_raw).collect();
+    let better = variants.iter().map(|r| r.mb_per_s).reduce(f64::max)?;
+    let pooled = variants.len() > 1 && variants.iter().all(|r| r.nodes == r.ranks);
+    if !pooled {
+        return Some(StorageLimit {
+            mb_per_s: better,
+            pooled,
+        });
     }
-    let pooled = same_reads && samples.len() > 1;
-    if pooled {
-        let all = samples.drain(..).flat_map(|(_, v)| v).collect();
-        samples.push(("raw", all));
-    }
-    samples
-        .iter_mut()
-        .map(|(_, v)| {
-            v.sort_by(f64::total_cmp);
-            v[median_index(v.len())]
-        })
-        .reduce(f64::max)
-        .map(|mb_per_s| StorageLimit { mb_per_s, pooled })
+    let mut all: Vec<f64> = runs.iter().filter(is_raw).map(|r| r.mb_per_s).collect();
+    all.sort_by(f64::total_cmp);
+    Some(StorageLimit {
+        mb_per_s: all[median_index(all.len())],
+        pooled,
+    })
 }
 
 /// Ratios to the storage limit (see [`storage_limit`]) and to lmdb-skip's
 /// median, both measured in the same invocation, for the median rows and
 /// for every single run. Returns the limit.
 pub fn add_ratios(rows: &mut [Run], runs: &mut [Run]) -> Option<StorageLimit> {
-    let limit = storage_limit(runs);
+    let limit = storage_limit(rows, runs);
     let skip = rows
         .iter()
         .find(|r| r.method == "lmdb-skip")
@@ -377,7 +368,14 @@ pub fn print_table(runs: &[Run], storage_limit: Option<StorageLimit>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_ratios, storage_limit, Run, StorageLimit};
+    use super::super::Method;
+    use super::{add_ratios, medians, storage_limit, Run, StorageLimit};
+
+    /// The limit of an invocation of `all`, its rows made as the bench
+    /// makes them.
+    fn limit_of(all: &[Run]) -> Option<StorageLimit> {
+        storage_limit(&medians(all, &[Method::Raw, Method::RawNode]), all)
+    }
 
     fn limit(mb_per_s: f64, pooled: bool) -> Option<StorageLimit> {
         Some(StorageLimit { mb_per_s, pooled })
@@ -404,23 +402,23 @@ mod tests {
     fn one_rank_per_node_pools_both_raw_variants_into_one_median() {
         // The better of the two medians would be 140.
         let all = runs(4, 4, &[100.0, 120.0, 110.0], &[150.0, 130.0, 140.0]);
-        assert_eq!(storage_limit(&all), limit(120.0, true));
+        assert_eq!(limit_of(&all), limit(120.0, true));
     }
 
     #[test]
     fn several_ranks_per_node_take_the_better_variant() {
         let all = runs(4, 2, &[100.0, 120.0, 110.0], &[150.0, 130.0, 140.0]);
-        assert_eq!(storage_limit(&all), limit(140.0, false));
+        assert_eq!(limit_of(&all), limit(140.0, false));
         let all = runs(4, 2, &[300.0, 320.0, 310.0], &[150.0, 130.0, 140.0]);
-        assert_eq!(storage_limit(&all), limit(310.0, false));
+        assert_eq!(limit_of(&all), limit(310.0, false));
         let only_raw = runs(2, 1, &[90.0, 80.0], &[]);
-        assert_eq!(storage_limit(&only_raw), limit(80.0, false));
+        assert_eq!(limit_of(&only_raw), limit(80.0, false));
     }
 
     #[test]
     fn without_raw_runs_there_is_no_limit_and_no_ratio() {
         let mut all = vec![run("lmdbio", 2, 2, 100.0), run("lmdb-skip", 2, 2, 50.0)];
-        assert_eq!(storage_limit(&all), None);
+        assert_eq!(limit_of(&all), None);
         let mut rows = all.clone();
         assert_eq!(add_ratios(&mut rows, &mut all), None);
         assert!(rows.iter().chain(&all).all(|r| r.ratio_to_raw.is_none()));
