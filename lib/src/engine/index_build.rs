@@ -25,9 +25,9 @@ pub(crate) struct ScannedIndex<'f> {
     pub txnid: u64,
     /// The longest span a record's value covers in the file.
     pub largest_span: u64,
-    /// Granule to plan reads in (bytes; see `DataFile::direct_granule`):
+    /// Granule to plan reads in (bytes; see `DataFile::plan_granule`):
     /// the largest any master's reader asked for, so every node plans
-    /// alike; a reader that cannot read directly just reads whole pages.
+    /// alike.
     pub plan_granule: u64,
 }
 
@@ -135,7 +135,7 @@ fn open_tree<'f>(
     let db = Database::from_source(file.source())?;
     // Fails here, agreed by every rank, for a file that direct reads were
     // required for but cannot serve.
-    let granule = file.direct_granule(db.page_size() as u64)?;
+    let granule = file.plan_granule(db.page_size() as u64)?;
     let tree = db.tree(subdb)?;
     let pages = if m.rank() == 0 {
         Some(walk_tree(&db, &tree, IndexOptions::default().chunk_pages)?)
