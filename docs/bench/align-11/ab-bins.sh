@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Alternates builds of lmdbio, one invocation each, on the bench database.
-# usage: ab-bins.sh OUTDIR P K ROUNDS name1 BINARY1 name2 BINARY2 ...
+# usage: ab-bins.sh OUTDIR P K ROUNDS name1 "BINARY1 [flags]" name2 "BINARY2 [flags]" ...
 # Each invocation runs raw, raw-node and lmdbio, REPEAT (default 4) cold
 # cycles; extra bench flags come from FLAGS. Prints one line per invocation.
 set -euo pipefail
@@ -10,11 +10,12 @@ mkdir -p "$out"
 for i in $(seq 1 "$rounds"); do
   args=("$@")
   for ((j=0; j<${#args[@]}; j+=2)); do
-    name=${args[j]} bin=${args[j+1]}
+    name=${args[j]}
+    read -r -a bin <<<"${args[j+1]}"
     json="$out/$name-p$p-k$k-$i.json"
     # shellcheck disable=SC2086
-    mpiexec.mpich -n "$p" "$bin" bench --ranks-per-node "$k" --batch 64 \
-      --method raw --method raw-node --method lmdbio --repeat "${REPEAT:-4}" --cold ${FLAGS:-} \
+    mpiexec.mpich -n "$p" "${bin[@]:0:1}" bench --ranks-per-node "$k" --batch 64 \
+      --method raw --method raw-node --method lmdbio --repeat "${REPEAT:-4}" --cold ${FLAGS:-} "${bin[@]:1}" \
       --json "$json" "${DB:-target/bench-data/image-7700}" >/dev/null 2>&1
     python3 - "$json" "$name" <<'PY'
 import json, sys
