@@ -88,6 +88,10 @@ typedef struct lmdbio_counters {
   uint64_t setup_made;
   /* of read_requests, those read around the page cache (direct I/O) */
   uint64_t direct_read_requests;
+  /* steps whose lmdbio_next_batch took an agreement (a reduction over every
+   * rank); the others were covered by an earlier one, which found their
+   * bytes already in on every node */
+  uint64_t step_agreements;
 } lmdbio_counters;
 
 const char *lmdbio_last_error(void);

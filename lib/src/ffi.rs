@@ -110,6 +110,7 @@ pub struct lmdbio_counters {
     pub wait_seconds: f64,
     pub setup_made: u64,
     pub direct_read_requests: u64,
+    pub step_agreements: u64,
 }
 
 impl From<Counters> for lmdbio_counters {
@@ -126,6 +127,7 @@ impl From<Counters> for lmdbio_counters {
             wait_seconds: c.wait_seconds,
             setup_made: c.setup_made,
             direct_read_requests: c.direct_read_requests,
+            step_agreements: c.step_agreements,
         }
     }
 }

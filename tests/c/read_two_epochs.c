@@ -129,6 +129,15 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 8);
     }
   }
+  /* The resumed engine took one epoch's steps: the first took an
+   * agreement, and no step took more than one. */
+  lmdbio_counters own;
+  CHECK(lmdbio_counters_get(engine, &own));
+  if (own.step_agreements < 1 || own.step_agreements > steps_per_epoch) {
+    fprintf(stderr, "rank %d: %" PRIu64 " step agreements in %" PRIu64 " steps\n", rank,
+            own.step_agreements, steps_per_epoch);
+    MPI_Abort(MPI_COMM_WORLD, 12);
+  }
   lmdbio_counters node;
   CHECK(lmdbio_node_counters(engine, &node));
   if (direct ? node.direct_read_requests == 0 : node.direct_read_requests != 0) {

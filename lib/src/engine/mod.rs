@@ -430,7 +430,8 @@ pub struct Engine {
     tally: Arc<ReadTally>,
     rounds_started: u64,
     /// Runs are planned in whole granules of this many bytes (the page
-    /// size where readers read around the page cache, else 1).
+    /// size when the file is whole pages, else 1; see
+    /// `DataFile::plan_granule`).
     plan_granule: u64,
     failed: Option<String>,
 }
@@ -1168,7 +1169,8 @@ impl Engine {
     fn round_area(&self, n: u64) -> (usize, u64, u64) {
         let len = held(&self.parts).memory.data_len() as u64;
         if self.options.overlap {
-            // Halves start at a whole granule, as direct reads need.
+            // Halves start at a whole granule, as direct reads need and
+            // the kernel's copy into the window prefers.
             let half = len / 2 / self.plan_granule * self.plan_granule;
             let area = n % 2;
             (area as usize, half, area * half)
