@@ -193,21 +193,19 @@ impl DataFile {
     /// page at each end of a stretch of adjacent runs.
     pub(crate) fn plan_granule(&self, page_size: u64) -> Result<u64> {
         let whole_pages = page_size.is_power_of_two() && self.source().len() % page_size == 0;
-        if let DataFile::Own(own) = self {
-            if own.mode == DirectIo::Always {
-                match own.direct {
-                    Some(a) if a.divides(page_size) && whole_pages => {}
-                    Some(a) => {
-                        return Err(Error::InvalidArgument(format!(
-                            "{}: direct I/O was asked for (always), but its requirements ({} bytes of file, {} of memory) do not fit the database's {page_size}-byte pages in a {}-byte file",
-                            own.source.path().display(),
-                            a.offset,
-                            a.memory,
-                            own.source.len()
-                        )))
-                    }
-                    None => {}
-                }
+        let required_direct = match self {
+            DataFile::Own(own) if own.mode == DirectIo::Always => own.direct.map(|a| (own, a)),
+            _ => None,
+        };
+        if let Some((own, a)) = required_direct {
+            if !(a.divides(page_size) && whole_pages) {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: direct I/O was asked for (always), but its requirements ({} bytes of file, {} of memory) do not fit the database's {page_size}-byte pages in a {}-byte file",
+                    own.source.path().display(),
+                    a.offset,
+                    a.memory,
+                    own.source.len()
+                )));
             }
         }
         Ok(if whole_pages { page_size } else { 1 })
@@ -602,17 +600,13 @@ mod tests {
             assert_eq!(file.plan_granule(4096).unwrap(), 1, "{mode:?}");
         }
         // Required direct reads of a file they cannot serve are refused.
-        let file = DataFile::Own(own(&ragged, DirectIo::Always));
-        if file_has_direct(&file) {
-            let e = file.plan_granule(4096).unwrap_err();
+        let always = own(&ragged, DirectIo::Always);
+        if always.direct.is_some() {
+            let e = DataFile::Own(always).plan_granule(4096).unwrap_err();
             assert!(e.to_string().contains("direct I/O was asked for"), "{e}");
         }
         std::fs::remove_file(whole).unwrap();
         std::fs::remove_file(ragged).unwrap();
-    }
-
-    fn file_has_direct(file: &DataFile) -> bool {
-        matches!(file, DataFile::Own(f) if f.direct.is_some())
     }
 
     #[test]
