@@ -16,6 +16,9 @@
 #   MPIEXEC    launcher                (default mpiexec.mpich)
 #   LMDBIO     the lmdbio binary       (default target/release/lmdbio, built if missing)
 #   TITLE      plot title
+#   PAGE_REPORTING=keep  leave the kernel's free page reporting on (it is
+#              suspended while the sweep runs where possible: see
+#              scripts/page-reporting.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +43,10 @@ if [ ! -x "$lmdbio" ]; then
   MPICC=${MPICC:-mpicc.mpich} cargo build --release -q -p lmdbio-tools
 fi
 mkdir -p "$out"
+# shellcheck source=scripts/page-reporting.sh
+. scripts/page-reporting.sh
+suspend_page_reporting
+trap 'exit 130' INT TERM
 
 method_args=()
 for m in $methods; do method_args+=(--method "$m"); done
@@ -62,6 +69,7 @@ esac
   echo "database: $db ($(du -sh "$db" | cut -f1))"
   echo "file system: $(findmnt -n -o FSTYPE,SOURCE -T "$db" 2>/dev/null || echo unknown)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "$page_reporting_state"
 } > "$out/sweep.txt"
 
 points=${POINTS:-}

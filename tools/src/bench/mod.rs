@@ -327,14 +327,26 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     }
     let mut medians = report::medians(&runs, &methods);
     let storage_limit = report::add_ratios(&mut medians, &mut runs);
+    let page_reporting = sys::free_page_reporting();
     if world.rank() == 0 {
         report::print_table(&medians, storage_limit);
+        if let Some(state) = &page_reporting {
+            println!(
+                "free page reporting: {state}{}",
+                if state.starts_with("on") {
+                    "; cold runs may slow down at random while the hypervisor backs memory again (scripts/bench-sweep.sh suspends it)"
+                } else {
+                    ""
+                }
+            );
+        }
         if let Some(path) = &args.json {
             let doc = serde_json::json!({
                 "repeat": repeat,
                 "lmdbio_prepare_s": prepare_s,
                 "storage_limit_mb_per_s": storage_limit.map(|l| l.mb_per_s),
                 "storage_limit_pooled": storage_limit.map(|l| l.pooled),
+                "free_page_reporting": page_reporting,
                 "runs": medians,
                 "all_runs": runs,
             });

@@ -106,3 +106,32 @@ pub fn drop_cache(db: &Path, ctx: &Context) -> Result<String, CommandError> {
     ctx.world.barrier();
     Ok(used)
 }
+
+/// Whether the kernel hands memory the guest frees back to its hypervisor
+/// (virtio-balloon free page reporting), as the benchmark reports it.
+///
+/// Why it matters: a cold run fills the page cache with memory the cache
+/// drop before it has just freed. Where reporting has handed that memory
+/// back in the meantime, the hypervisor must back it again page by page as
+/// the reads land, and the run reads at about half speed. On the project's
+/// test machine that struck about one cold run in three, whichever method
+/// it was (docs/PERFORMANCE.md, twelfth round); `scripts/bench-sweep.sh`
+/// suspends reporting while it runs. `None` where the kernel has no
+/// reporting.
+pub fn free_page_reporting() -> Option<String> {
+    let order: u32 =
+        std::fs::read_to_string("/sys/module/page_reporting/parameters/page_reporting_order")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+    // /proc/buddyinfo has one column per page order after "Node N, zone Z".
+    let orders = std::fs::read_to_string("/proc/buddyinfo")
+        .ok()
+        .and_then(|b| b.lines().next().map(|l| l.split_whitespace().count()))
+        .map(|fields| fields.saturating_sub(4) as u32);
+    Some(match orders {
+        Some(n) if order >= n => format!("suspended (page_reporting_order {order})"),
+        _ => format!("on (page_reporting_order {order})"),
+    })
+}
