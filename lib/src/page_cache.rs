@@ -166,6 +166,30 @@ pub fn cached_bytes(_file: &File, _offset: u64, _len: u64) -> Option<u64> {
     None
 }
 
+/// Asks the kernel to drop the clean cached pages of `[offset, offset +
+/// len)` of `file` (`POSIX_FADV_DONTNEED`). Advice: pages in use stay, and
+/// no data is lost either way.
+#[cfg(target_os = "linux")]
+pub fn forget(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    // SAFETY: advice on a descriptor we own; no memory is passed.
+    let rc =
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn forget(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+    Ok(())
+}
+
 #[cfg(target_os = "linux")]
 fn page_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions.

@@ -126,6 +126,13 @@ impl FileSource {
     pub fn cached_bytes(&self, offset: u64, len: u64) -> Option<u64> {
         crate::page_cache::cached_bytes(&self.file, offset, len)
     }
+
+    /// Drops `[offset, offset + len)` from the page cache where the kernel
+    /// will (see [`crate::page_cache::forget`]). Advice, so a refusal is
+    /// not an error.
+    pub fn forget_cached(&self, offset: u64, len: u64) {
+        let _ = crate::page_cache::forget(&self.file, offset, len);
+    }
 }
 
 impl ReadAt for FileSource {

@@ -24,6 +24,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
+use crate::index::TreePages;
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
 use crate::page_cache::DirectAlignment;
 use crate::plan::ReadRun;
@@ -383,6 +384,50 @@ impl ReadAt for DataSource<'_> {
     }
 }
 
+impl DataSource<'_> {
+    /// Drops the tree's pages, which building the index has just read,
+    /// from the page cache, unless the cache holds most of the file.
+    ///
+    /// Why: the kernel reads ahead in large folios (up to 2 MiB here), but
+    /// a readahead window that meets a page already in the cache is read
+    /// in single 4 KiB pages from there on. A bulk-loaded database has a
+    /// leaf between the values every few dozen records, and the rounds'
+    /// runs read across them, so most windows met one: over half of an
+    /// image database went into the cache page by page, with the kernel's
+    /// work per page to match (docs/PERFORMANCE.md, tenth and twelfth
+    /// rounds). The index lives in the node's memory from here on, so
+    /// nothing needs those pages. A file the cache mostly holds is left
+    /// alone: its reads meet no readahead, and a dropped page would be read
+    /// from storage again. Collective reads leave caching to MPI-IO.
+    pub(crate) fn forget_tree_pages(&self, pages: &TreePages, page_size: u64) {
+        let DataSource::Own(file) = self else {
+            return;
+        };
+        let len = file.len();
+        if file.cached_bytes(0, len).is_none_or(|c| c * 2 >= len) {
+            return;
+        }
+        let mut pgnos: Vec<u64> = pages
+            .branches
+            .iter()
+            .chain(&pages.leaves)
+            .copied()
+            .collect();
+        pgnos.sort_unstable();
+        // One piece of advice per stretch of consecutive pages.
+        let mut i = 0;
+        while i < pgnos.len() {
+            let first = pgnos[i];
+            let mut n = 1;
+            while i + n < pgnos.len() && pgnos[i + n] == first + n as u64 {
+                n += 1;
+            }
+            file.forget_cached(first * page_size, n as u64 * page_size);
+            i += n;
+        }
+    }
+}
+
 /// A reader's range of the window, handed to the threads that fill it.
 #[derive(Clone, Copy)]
 pub(crate) struct WindowRange {
@@ -584,6 +629,44 @@ mod tests {
             direct_refused: AtomicBool::new(false),
             descriptor: DescriptorMode::default(),
         }
+    }
+
+    #[test]
+    fn tree_pages_leave_the_cache_unless_the_cache_holds_most_of_the_file() {
+        const PAGE: u64 = 4096;
+        let path = scratch_file("forget-tree", 64 * PAGE as usize);
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        let file = FileSource::open(&path).unwrap();
+        let cached = |pgno: u64| file.cached_bytes(pgno * PAGE, PAGE);
+        let read_page = |pgno: u64| {
+            let mut page = vec![0u8; PAGE as usize];
+            file.read_exact_at(&mut page, pgno * PAGE).unwrap();
+        };
+        file.forget_cached(0, 64 * PAGE);
+        if cached(3).is_none() || file.cached_bytes(0, 64 * PAGE) != Some(0) {
+            std::fs::remove_file(path).unwrap();
+            return; // the kernel cannot say, or this file system keeps its pages
+        }
+        let tree = TreePages {
+            branches: vec![3],
+            leaves: vec![10, 11, 40],
+        };
+        // A cold file with its tree read: the tree's pages go.
+        for pgno in [3, 10, 11, 40] {
+            read_page(pgno);
+        }
+        assert_eq!(cached(10), Some(PAGE), "a page just read is cached");
+        DataSource::Own(&file).forget_tree_pages(&tree, PAGE);
+        for pgno in [3, 10, 11, 40] {
+            assert_eq!(cached(pgno), Some(0), "tree page {pgno} is still cached");
+        }
+        // A file the cache holds: nothing goes.
+        for pgno in 0..64 {
+            read_page(pgno);
+        }
+        DataSource::Own(&file).forget_tree_pages(&tree, PAGE);
+        assert_eq!(file.cached_bytes(0, 64 * PAGE), Some(64 * PAGE));
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]

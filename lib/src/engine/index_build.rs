@@ -209,6 +209,11 @@ fn gather_into(
         index.entries(),
         index.keys(),
     )?;
+    // Every master has parsed its leaves (the gathers above completed).
+    state
+        .db
+        .source()
+        .forget_tree_pages(&state.pages, u64::from(state.db.page_size()));
     Ok(())
 }
 

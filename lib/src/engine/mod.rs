@@ -13,8 +13,10 @@
 //!   steps of every rank on the node. The node's readers plan the round's
 //!   value spans into large coalesced runs and read them (positioned reads
 //!   on a few threads, or collective MPI-IO; optionally staggered)
-//!   straight into the node's shared window, in the order the steps need
-//!   them, publishing their progress there ([`step_ready`]). A step is
+//!   straight into the node's shared window, one round after another, in
+//!   the order the steps need them, publishing their progress there
+//!   ([`step_ready`]). The next round's reads are queued while the ranks
+//!   are served this one, into the other half of the window. A step is
 //!   served as soon as its own runs are in; every rank gets pointers into
 //!   the window. Nothing is copied after the read.
 //! * Every rank can compute every other rank's batches (see
@@ -134,7 +136,8 @@ pub struct EngineOptions {
     /// Read the next round into the other half of the window while the
     /// ranks work on the current one, on helper threads (collective reads
     /// only under `MPI_THREAD_MULTIPLE`; without it they are read when the
-    /// round starts).
+    /// round starts). A reader's reads of the next round start once its
+    /// reads of the current one are done.
     pub overlap: bool,
 }
 
@@ -398,6 +401,36 @@ fn wait_for_background_reads() {
     }
 }
 
+/// Set once a round's read has finished, failed or unwound; the reader's
+/// next round reads only after it (see [`Engine::previous_read`]).
+#[derive(Default)]
+struct ReadFinished {
+    finished: std::sync::Mutex<bool>,
+    signal: std::sync::Condvar,
+}
+
+impl ReadFinished {
+    fn wait(&self) {
+        let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        while !*finished {
+            finished = self
+                .signal
+                .wait(finished)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Marks its read finished when dropped, however the read thread ends.
+struct FinishOnDrop(Arc<ReadFinished>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        *self.0.finished.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.0.signal.notify_all();
+    }
+}
+
 pub struct Engine {
     // Dropped first: waits for reads into the window from `file`.
     pending: Option<Round>,
@@ -428,6 +461,16 @@ pub struct Engine {
     counters: Counters,
     /// This reader's value reads, counted by its read threads.
     tally: Arc<ReadTally>,
+    /// The latest round read started on a helper thread. The next one
+    /// waits for it, so a reader's file sees one round's reads at a time.
+    /// Two rounds read at once looked random to the kernel's readahead and
+    /// their windows ran into each other's pages, so much of the file went
+    /// into the page cache in single 4 KiB pages, with the kernel's work
+    /// per page to match. Queued one behind the other (and with the tree's
+    /// pages dropped once the index is built), lmdbio went from 0.73–0.89
+    /// to 0.94–1.06 of the storage limit with one reader per machine, on
+    /// less CPU (docs/PERFORMANCE.md, twelfth round).
+    previous_read: Option<Arc<ReadFinished>>,
     rounds_started: u64,
     /// Runs are planned in whole granules of this many bytes (the page
     /// size when the file is whole pages, else 1; see
@@ -582,6 +625,7 @@ impl Engine {
             last_epoch: 0,
             cut_by_epoch_limit: false,
             tally: Arc::default(),
+            previous_read: None,
             rounds_started: 0,
             plan_granule: opened.plan_granule,
             failed: None,
@@ -1139,7 +1183,8 @@ impl Engine {
         let first_round = self.counters.rounds == 0;
         self.counters.rounds += 1;
         self.round = Some(current);
-        // The next read starts before this round's steps are waited for:
+        // The next read is queued before this round's steps are waited
+        // for, to start as soon as this round's reads are done:
         // a node whose reads are done would otherwise leave its storage
         // idle while the slowest node catches up (up to a fifth of the run
         // at eight one-rank nodes; docs/PERFORMANCE.md). Its half of the
@@ -1323,8 +1368,14 @@ impl Engine {
             let file = Arc::clone(file);
             let tally = Arc::clone(&self.tally);
             let in_flight = BackgroundRead::start();
+            let finished = Arc::new(ReadFinished::default());
+            let before = self.previous_read.replace(Arc::clone(&finished));
             let read = move || {
                 let _in_flight = in_flight;
+                let _finished = FinishOnDrop(finished);
+                if let Some(before) = before {
+                    before.wait();
+                }
                 read_and_publish(&file, &runs, &order, dest, streams, progress, &tally, bytes)
             };
             round.read = Some(if own || self.threaded_reads {
@@ -1590,4 +1641,39 @@ fn check_options(o: &EngineOptions) -> Result<()> {
         return bad("window_bytes must be positive");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn a_round_read_waits_for_the_one_before_however_that_one_ends() {
+        for unwinds in [false, true] {
+            let first = Arc::new(ReadFinished::default());
+            let first_done = Arc::new(AtomicBool::new(false));
+            let earlier = {
+                let (finished, done) = (Arc::clone(&first), Arc::clone(&first_done));
+                std::thread::spawn(move || {
+                    let _finished = FinishOnDrop(finished);
+                    std::thread::sleep(Duration::from_millis(50));
+                    done.store(true, Ordering::SeqCst);
+                    if unwinds {
+                        panic!("a read thread that unwinds");
+                    }
+                })
+            };
+            let later = std::thread::spawn(move || {
+                first.wait();
+                first_done.load(Ordering::SeqCst)
+            });
+            assert!(
+                later.join().unwrap(),
+                "the later read started before the earlier one ended (unwinds: {unwinds})"
+            );
+            assert_eq!(earlier.join().is_err(), unwinds);
+        }
+    }
 }
