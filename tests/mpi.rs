@@ -390,6 +390,38 @@ fn only_readers_open_the_file_and_each_byte_is_read_once() {
     }
 }
 
+/// `--raw-buffer` spreads raw's reads over a larger buffer without
+/// changing what is read: every byte of the file, once, in 4 MiB requests.
+#[test]
+fn raw_reads_the_same_bytes_whatever_buffer_it_reads_into() {
+    let fx = kit::overflow_only(120, 91);
+    let file_len = std::fs::metadata(fx.path.join("data.mdb")).unwrap().len() as f64;
+    let run = |buffer: &str| {
+        let doc = bench_json(
+            2,
+            &[
+                "--raw-buffer",
+                buffer,
+                "--method",
+                "raw",
+                fx.path.to_str().unwrap(),
+            ],
+        );
+        let raw = method_run(&doc, "raw").clone();
+        (doc["raw_buffer_bytes"].as_u64(), raw)
+    };
+    let (small_len, small) = run("4194304");
+    let (large_len, large) = run("12582912");
+    assert_eq!((small_len, large_len), (Some(4 << 20), Some(12 << 20)));
+    for r in [&small, &large] {
+        assert_eq!(r["bytes_delivered"].as_f64(), Some(file_len));
+    }
+    assert_eq!(
+        small["read_requests_per_node"].as_f64(),
+        large["read_requests_per_node"].as_f64()
+    );
+}
+
 /// Issue 5's I/O shape: per node one file open and one reading rank, and
 /// requests no more than the coalescing target allows (each round and each
 /// index read may end a run early), fewer where runs are adjacent.

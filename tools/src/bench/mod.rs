@@ -106,6 +106,13 @@ pub struct Args {
     /// Largest hole bridged when coalescing, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 10)]
     max_gap: u64,
+    /// Memory the raw methods read into, their 4 MiB requests taking its
+    /// slots in turn. The default, one request's worth, stays in the CPU's
+    /// cache; a window's worth (lmdbio lands every step of a round in its
+    /// shared window before anyone reads it) shows what writing a large
+    /// destination costs the same reads on this machine.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
+    raw_buffer: usize,
     /// At most G readers read at once.
     #[arg(long, value_name = "G")]
     stagger: Option<usize>,
@@ -343,6 +350,7 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
         if let Some(path) = &args.json {
             let doc = serde_json::json!({
                 "repeat": repeat,
+                "raw_buffer_bytes": args.raw_buffer,
                 "lmdbio_prepare_s": prepare_s,
                 "storage_limit_mb_per_s": storage_limit.map(|l| l.mb_per_s),
                 "storage_limit_pooled": storage_limit.map(|l| l.pooled),
