@@ -467,9 +467,10 @@ pub struct Engine {
     /// their windows ran into each other's pages, so much of the file went
     /// into the page cache in single 4 KiB pages, with the kernel's work
     /// per page to match. Queued one behind the other (and with the tree's
-    /// pages dropped once the index is built), lmdbio went from 0.73–0.89
-    /// to 0.94–1.06 of the storage limit with one reader per machine, on
-    /// less CPU (docs/PERFORMANCE.md, twelfth round).
+    /// pages dropped once the index is built), lmdbio went from 0.72–0.94
+    /// to 0.89–1.03 of the storage limit with one reader per machine, and
+    /// was higher or equal at every other point, on less CPU
+    /// (docs/PERFORMANCE.md, twelfth round).
     previous_read: Option<Arc<ReadFinished>>,
     rounds_started: u64,
     /// Runs are planned in whole granules of this many bytes (the page
