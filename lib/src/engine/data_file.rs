@@ -24,7 +24,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
-use crate::index::TreePages;
+use crate::index::{consecutive_runs, TreePages};
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
 use crate::page_cache::DirectAlignment;
 use crate::plan::ReadRun;
@@ -415,15 +415,8 @@ impl DataSource<'_> {
             .collect();
         pgnos.sort_unstable();
         // One piece of advice per stretch of consecutive pages.
-        let mut i = 0;
-        while i < pgnos.len() {
-            let first = pgnos[i];
-            let mut n = 1;
-            while i + n < pgnos.len() && pgnos[i + n] == first + n as u64 {
-                n += 1;
-            }
-            file.forget_cached(first * page_size, n as u64 * page_size);
-            i += n;
+        for run in consecutive_runs(&pgnos, usize::MAX) {
+            file.forget_cached(pgnos[run.start] * page_size, run.len() as u64 * page_size);
         }
     }
 }
@@ -768,10 +761,7 @@ mod tests {
         let auto = own(&path, DirectIo::Auto);
         assert_eq!(read(&auto, &mut storage).direct_requests, 0);
         // ... until they are dropped (where the kernel can say).
-        use std::os::fd::AsRawFd;
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY: advice on a descriptor we own.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        auto.source.forget_cached(0, 0);
         let expect = if auto.source.cached_bytes(0, 4096).is_some() {
             4
         } else {

@@ -24,14 +24,11 @@ impl PageBatch {
         let mut sorted = pgnos.to_vec();
         sorted.sort_unstable();
         let mut bytes = vec![0u8; sorted.len() * psize];
-        let mut i = 0;
-        while i < sorted.len() {
-            let mut j = i + 1;
-            while j < sorted.len() && sorted[j] == sorted[j - 1] + 1 && j - i < MAX_PAGES_PER_READ {
-                j += 1;
-            }
-            source.read_exact_at(&mut bytes[i * psize..j * psize], sorted[i] * psize as u64)?;
-            i = j;
+        for run in consecutive_runs(&sorted, MAX_PAGES_PER_READ) {
+            source.read_exact_at(
+                &mut bytes[run.start * psize..run.end * psize],
+                sorted[run.start] * psize as u64,
+            )?;
         }
         Ok(PageBatch {
             pgnos: sorted,
@@ -48,6 +45,26 @@ impl PageBatch {
             .expect("page requested from a batch that did not read it");
         &self.bytes[i * self.psize..(i + 1) * self.psize]
     }
+}
+
+/// The runs of consecutive page numbers in `sorted` (ascending, unique),
+/// each at most `max_pages` long, as ranges of positions in `sorted`.
+pub(crate) fn consecutive_runs(
+    sorted: &[u64],
+    max_pages: usize,
+) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        if i >= sorted.len() {
+            return None;
+        }
+        let start = i;
+        i += 1;
+        while i < sorted.len() && sorted[i] == sorted[i - 1] + 1 && i - start < max_pages {
+            i += 1;
+        }
+        Some(start..i)
+    })
 }
 
 /// One bit per page below a limit.
@@ -99,6 +116,15 @@ impl PageBitmap {
 mod tests {
     use super::*;
     use crate::source::MemSource;
+
+    #[test]
+    fn consecutive_runs_split_at_gaps_and_at_the_cap() {
+        let runs: Vec<_> = consecutive_runs(&[1, 2, 3, 5, 6, 9], 2).collect();
+        assert_eq!(runs, vec![0..2, 2..3, 3..5, 5..6]);
+        let runs: Vec<_> = consecutive_runs(&[1, 2, 3, 5, 6, 9], usize::MAX).collect();
+        assert_eq!(runs, vec![0..3, 3..5, 5..6]);
+        assert_eq!(consecutive_runs(&[], 4).count(), 0);
+    }
 
     #[test]
     fn coalesces_consecutive_pages_into_one_read() {

@@ -334,13 +334,13 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     }
     let mut medians = report::medians(&runs, &methods);
     let storage_limit = report::add_ratios(&mut medians, &mut runs);
-    let page_reporting = sys::free_page_reporting();
     if world.rank() == 0 {
         report::print_table(&medians, storage_limit);
+        let page_reporting = sys::PageReporting::read();
         if let Some(state) = &page_reporting {
             println!(
                 "free page reporting: {state}{}",
-                if state.starts_with("on") {
+                if state.active {
                     "; cold runs may slow down at random while the hypervisor backs memory again (scripts/bench-sweep.sh suspends it)"
                 } else {
                     ""
@@ -354,7 +354,7 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
                 "lmdbio_prepare_s": prepare_s,
                 "storage_limit_mb_per_s": storage_limit.map(|l| l.mb_per_s),
                 "storage_limit_pooled": storage_limit.map(|l| l.pooled),
-                "free_page_reporting": page_reporting,
+                "free_page_reporting": page_reporting.as_ref().map(ToString::to_string),
                 "runs": medians,
                 "all_runs": runs,
             });

@@ -84,12 +84,9 @@ pub fn drop_cache(db: &Path, ctx: &Context) -> Result<String, CommandError> {
     let mut used = String::from("posix_fadvise(DONTNEED)");
     if ctx.is_node_leader() {
         let file = std::fs::File::open(&data)?;
-        use std::os::unix::io::AsRawFd;
-        // SAFETY: a valid open descriptor; the call only drops cached pages.
-        unsafe {
-            libc::fdatasync(file.as_raw_fd());
-            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-        }
+        // Both best effort, as the drop below: only clean pages can go.
+        let _ = file.sync_data();
+        let _ = lmdbio::page_cache::forget(&file, 0, 0);
     }
     let mut dropped = 0i32;
     if ctx.world.rank() == 0 {
@@ -116,22 +113,39 @@ pub fn drop_cache(db: &Path, ctx: &Context) -> Result<String, CommandError> {
 /// the reads land, and the run reads at about half speed. On the project's
 /// test machine that struck about one cold run in three, whichever method
 /// it was (docs/PERFORMANCE.md, twelfth round); `scripts/bench-sweep.sh`
-/// suspends reporting while it runs. `None` where the kernel has no
-/// reporting.
-pub fn free_page_reporting() -> Option<String> {
-    let order: u32 =
-        std::fs::read_to_string("/sys/module/page_reporting/parameters/page_reporting_order")
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-    // /proc/buddyinfo has one column per page order after "Node N, zone Z".
-    let orders = std::fs::read_to_string("/proc/buddyinfo")
-        .ok()
-        .and_then(|b| b.lines().next().map(|l| l.split_whitespace().count()))
-        .map(|fields| fields.saturating_sub(4) as u32);
-    Some(match orders {
-        Some(n) if order >= n => format!("suspended (page_reporting_order {order})"),
-        _ => format!("on (page_reporting_order {order})"),
-    })
+/// suspends reporting while it runs.
+pub struct PageReporting {
+    /// `page_reporting_order`: free blocks of this order and above are
+    /// reported.
+    pub order: u32,
+    /// Whether any block can reach that order.
+    pub active: bool,
+}
+
+impl PageReporting {
+    /// The kernel's setting; `None` where it has no reporting.
+    pub fn read() -> Option<PageReporting> {
+        let order: u32 =
+            std::fs::read_to_string("/sys/module/page_reporting/parameters/page_reporting_order")
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+        // /proc/buddyinfo has one column per page order after "Node N, zone Z".
+        let orders = std::fs::read_to_string("/proc/buddyinfo")
+            .ok()
+            .and_then(|b| b.lines().next().map(|l| l.split_whitespace().count()))
+            .map(|fields| fields.saturating_sub(4) as u32);
+        Some(PageReporting {
+            order,
+            active: orders.is_none_or(|n| order < n),
+        })
+    }
+}
+
+impl std::fmt::Display for PageReporting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = if self.active { "on" } else { "suspended" };
+        write!(f, "{state} (page_reporting_order {})", self.order)
+    }
 }
