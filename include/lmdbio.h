@@ -11,6 +11,11 @@
  *   given to lmdbio_open, in the same order. If any rank fails inside a
  *   collective call, every rank returns an error (the failing rank's code;
  *   others report its message prefixed by "rank N failed"); none hangs.
+ *   lmdbio_next_batch with independent reads (the default) does not wait
+ *   for other nodes inside a round: a step one rank cannot serve fails
+ *   there at once, and on the other ranks at the call where the ranks next
+ *   meet (the next round's start, the job's last step, or one of the other
+ *   COLLECTIVE calls), which the failing rank waits for.
  * - Link against the same MPI library the caller uses (MPI_Comm differs
  *   between MPICH and Open MPI). MPI must be initialised before lmdbio_open
  *   and finalised after lmdbio_close.
@@ -88,9 +93,11 @@ typedef struct lmdbio_counters {
   uint64_t setup_made;
   /* of read_requests, those read around the page cache (direct I/O) */
   uint64_t direct_read_requests;
-  /* steps whose lmdbio_next_batch took an agreement (a reduction over every
-   * rank); the others were covered by an earlier one, which found their
-   * bytes already in on every node */
+  /* agreements (reductions over every rank) the steps were served under:
+   * with independent reads one where each round starts, the steps between
+   * waiting only for their own node's bytes; with collective reads, steps
+   * that took one of their own (the others were covered by an earlier one,
+   * which found their bytes already in on every node) */
   uint64_t step_agreements;
 } lmdbio_counters;
 
@@ -218,7 +225,9 @@ int lmdbio_job_cursor_size(const lmdbio_engine *engine, size_t *out);
  * re-partitioned can only be resumed from its job cursor. */
 int lmdbio_job_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, size_t *out_len);
 int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
-/* COLLECTIVE over the node: sums of the node's counters. */
+/* COLLECTIVE: sums of the node's counters. Call it on every rank: a rank
+ * that served steps since the ranks last met meets the others first (a
+ * rank that failed a step may be waiting for them). */
 int lmdbio_node_counters(const lmdbio_engine *engine, lmdbio_counters *out);
 /* COLLECTIVE. Frees the engine; the node communicators and the shared
  * window, with its memory, are kept for the next lmdbio_open on the same

@@ -538,6 +538,46 @@ fn corrupt_leaf_seen_by_one_master_fails_every_rank() {
 }
 
 #[test]
+fn a_damaged_value_met_mid_job_fails_every_rank() {
+    // Ranks serve their steps as their own node's bytes come in and meet
+    // the other nodes only where rounds start and at the job's end. The
+    // rank whose record is damaged must still take every rank down with
+    // it, whether the damage falls inside a round or in the last one, and
+    // whether its node-mate (two ranks per node) has nothing wrong.
+    for (n, per_node) in [(4usize, 1usize), (4, 2), (2, 1)] {
+        let fx = kit::overflow_only(96, 71 + n as u64 * 10 + per_node as u64);
+        let data = fx.data_file();
+        let clean = kit::read_file(&data);
+        let db = lmdbio::Database::open(&fx.path).unwrap();
+        let tree = db.main_tree().unwrap();
+        let index = db.build_index(&tree, &Default::default()).unwrap();
+        let (first, count) = lmdbio::schedule::contiguous_block(index.len() as u64, n as u64, 1);
+        for victim in [first + count / 2 + 1, first + count - 1] {
+            let (offset, _) = index.entries[victim as usize].span();
+            let mut bytes = clean.clone();
+            // The overflow header's page number, which the reader checks.
+            bytes[offset as usize] ^= 0x5a;
+            std::fs::write(&data, &bytes).unwrap();
+            let k_arg = per_node.to_string();
+            let out = mpiexec(
+                n,
+                &[
+                    "--ranks-per-node",
+                    &k_arg,
+                    "--batch",
+                    "2",
+                    "--prefetch",
+                    "3",
+                    fx.path.to_str().unwrap(),
+                ],
+            );
+            let page = offset / u64::from(index.page_size);
+            assert_every_rank_fails(&out, n, &format!("page {page}"));
+        }
+    }
+}
+
+#[test]
 fn window_too_small_for_one_batch_fails_every_rank() {
     let fx = kit::overflow_only(40, 70);
     let out = mpiexec(

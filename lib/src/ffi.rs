@@ -607,7 +607,7 @@ pub unsafe extern "C" fn lmdbio_counters_get(
     unsafe { report(engine, out, |e| Ok(e.counters().into())) }
 }
 
-/// The node's summed counters (collective over the node).
+/// The node's summed counters (collective: see Engine::node_counters).
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_node_counters(
     engine: *const lmdbio_engine,

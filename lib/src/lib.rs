@@ -34,8 +34,9 @@
 //!    coalesced MPI-IO reads (independent by default, collective on request)
 //!    into a shared window, each step served as soon as its own bytes are
 //!    in (the readers publish their progress in the window), zero-copy
-//!    batches, and an agreement on how far every node's steps are in so
-//!    failures reach every rank at the same step.
+//!    batches, and agreements where rounds start (and at the job's end)
+//!    that carry any rank's failure to every rank; between them each node
+//!    serves its steps without waiting for the others.
 //!    The node's communicators and window are made once and kept between
 //!    engines, the window with its memory mapped ([`engine::topology`],
 //!    [`engine::prepare`], [`engine::release_memory`]).

@@ -36,6 +36,7 @@ mod node_memory;
 mod step_ready;
 pub mod topology;
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -182,9 +183,11 @@ pub struct Counters {
     pub bytes_delivered: u64,
     pub records_delivered: u64,
     pub rounds: u64,
-    /// Steps that ended in an agreement of their own; the others were
-    /// served under an earlier step's agreement, their bytes already in
-    /// on every node.
+    /// World agreements the steps were served under. Independent reads:
+    /// one where each round starts (nodes meet there; steps in between
+    /// wait only for their own node's bytes). Collective reads: steps that
+    /// ended in an agreement of their own; the others were served under an
+    /// earlier step's agreement, their bytes already in on every node.
     pub step_agreements: u64,
     pub io_seconds: f64,
     pub wait_seconds: f64,
@@ -478,6 +481,11 @@ pub struct Engine {
     /// `DataFile::plan_granule`).
     plan_granule: u64,
     failed: Option<String>,
+    /// Independent reads: this rank has served steps since its last world
+    /// agreement, so it owes the others one before any other collective
+    /// call (see `serve_from_own_node`). The same on every rank that has
+    /// not failed: agreements fall on the same steps everywhere.
+    owes_agreement: Cell<bool>,
 }
 
 /// What the engine takes from the kept node topology (see [`topology`])
@@ -558,6 +566,10 @@ impl Drop for Engine {
             std::mem::forget(topology);
             return;
         }
+        // A rank that failed a step may be waiting for this one at a world
+        // agreement: this rank learns nothing it could still act on, but
+        // must not leave it waiting.
+        let _ = self.settle_agreement();
         // The node's ranks may still be reading their last batch: the
         // window is kept (memory and all, see topology) once all of them
         // are done with it, so that `release_memory` may free it at any
@@ -630,6 +642,7 @@ impl Engine {
             rounds_started: 0,
             plan_granule: opened.plan_granule,
             failed: None,
+            owes_agreement: Cell::new(false),
         })
     }
 
@@ -792,6 +805,7 @@ impl Engine {
     /// started with. Collective (an allgather); resume any rank count from
     /// it with [`EngineOptions::resume_job`].
     pub fn job_cursor(&self) -> Result<JobCursor> {
+        self.settle_agreement()?;
         // Every rank learns if any rank has no cursor, before gathering.
         let mine = agree_ok(&self.world, self.cursor())?.encode();
         // Gathered as i64 words: a cursor is 13 of them.
@@ -817,9 +831,13 @@ impl Engine {
         self.tally.added_to(self.counters)
     }
 
-    /// The sums of the node's counters, on every rank of the node
-    /// (collective over the node).
+    /// The sums of the node's counters, on every rank of the node.
+    /// Collective over every rank: one that served steps since the ranks
+    /// last met meets them first.
     pub fn node_counters(&self) -> Result<Counters> {
+        // A rank that failed a step waits in a world agreement for the
+        // others; a node collective here would wait for it in turn.
+        self.settle_agreement()?;
         let c = self.counters();
         let mut ints = [
             c.bytes_read,
@@ -896,8 +914,10 @@ impl Engine {
             let delivered = self.place_batch(t);
             held(&self.parts).memory.sync()?;
             delivered
-        } else {
+        } else if self.options.collective {
             self.agree_on_steps_from(t)?
+        } else {
+            self.serve_from_own_node(t)?
         };
         if let Some(first) = self.batch.first() {
             self.last_epoch = first.epoch;
@@ -915,6 +935,86 @@ impl Engine {
             .map_or(t + 1, |r| r.first_step + r.steps);
         if self.pending.is_none() && !self.options.collective && self.reads_ahead_to(next) {
             self.pending = Some(self.start_round(next)?);
+        }
+        if self.options.step_limit == Some(self.step) {
+            // The job's last step: no round starts after it, so the ranks
+            // meet here, and a failure anywhere in the last round reaches
+            // every rank before any of them leaves.
+            let waited = Instant::now();
+            self.settle_agreement()?;
+            self.counters.wait_seconds += waited.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+
+    /// Independent reads: serves step `t` as soon as this node's bytes for
+    /// it are in and this rank's overflow headers check out, without
+    /// waiting for other nodes. Nodes meet at the next world agreement
+    /// instead: the next round's start (`start_round`), the job's last
+    /// step, or a collective call (job cursor, node counters, close).
+    ///
+    /// Why: an agreement per step made every rank wait for the slowest
+    /// node at every step, polling MPI all the while; with several nodes'
+    /// ranks on few cores the polling slowed the readers' storage. Without
+    /// per-step agreements lmdbio went from 0.75-0.82 to 0.85-0.94 of the
+    /// storage limit at four and eight one-rank nodes here
+    /// (docs/PERFORMANCE.md, thirteenth round).
+    ///
+    /// A rank that cannot serve `t` (its node's read failed, or one of its
+    /// records is damaged) joins that next agreement at once and waits
+    /// there, so every rank learns of the failure when it arrives and none
+    /// waits for a rank that gave up. Rounds still start with a world
+    /// agreement, so a window area is reused only once every rank has left
+    /// the round that used it.
+    fn serve_from_own_node(&mut self, t: u64) -> Result<PlacedBatch> {
+        let io_start = Instant::now();
+        let reads_in = self.wait_for_step(t);
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        let delivered = self.place_batch(t);
+        let served = reads_in.and_then(|in_here| {
+            if in_here {
+                agree::local(|| self.check_overflow_headers(&self.batch))?;
+                held(&self.parts).memory.sync()?;
+            }
+            Ok(in_here)
+        });
+        match served {
+            Ok(true) => {
+                self.owes_agreement.set(true);
+                Ok(delivered)
+            }
+            // Another reader of the node failed: it reports why.
+            Ok(false) => {
+                self.meet(Ok(()), false)?;
+                Err(Error::Internal(format!(
+                    "a reader failed reading step {t} and no rank reported why"
+                )))
+            }
+            Err(e) => self.meet(Err(e), false).map(|()| delivered),
+        }
+    }
+
+    /// Joins the world agreement this rank owes, if it owes one.
+    fn settle_agreement(&self) -> Result<()> {
+        if self.owes_agreement.get() {
+            self.meet(Ok(()), true)?;
+        }
+        Ok(())
+    }
+
+    /// A world agreement of the kind `start_round` makes (one value to
+    /// reduce besides whether this rank's node served its steps), so that
+    /// a rank that failed a step meets the others at whichever of the two
+    /// they reach first. `served` is false on a rank with nothing to serve
+    /// because another reader of its node failed.
+    fn meet(&self, local: Result<()>, served: bool) -> Result<()> {
+        let mut mins = [i64::MAX, i64::from(served)];
+        self.owes_agreement.set(false);
+        agree(&self.world, local, &mut mins)?;
+        if mins[1] == 0 {
+            return Err(Error::Internal(
+                "a node's reader failed and no rank reported why".into(),
+            ));
         }
         Ok(())
     }
@@ -1244,9 +1344,20 @@ impl Engine {
             .ok()
             .and_then(|r| r.as_ref())
             .map_or(i64::MAX, |r| r.steps as i64);
-        let mut k = [local_k];
-        let fitted = agree(&self.world, fit, &mut k)?;
-        let k = k[0].max(1) as u64;
+        // The same shape as `meet`: a rank that could not serve a step
+        // meets the others here.
+        let mut mins = [local_k, 1];
+        self.owes_agreement.set(false);
+        if !self.options.collective {
+            self.counters.step_agreements += 1;
+        }
+        let fitted = agree(&self.world, fit, &mut mins)?;
+        if mins[1] == 0 {
+            return Err(Error::Internal(
+                "a node's reader failed and no rank reported why".into(),
+            ));
+        }
+        let k = mins[0].max(1) as u64;
         self.rounds_started += 1;
         let tag = self.rounds_started as u32;
         // A master already planned this round unless another node needed
