@@ -954,11 +954,11 @@ impl Engine {
     /// step, or a collective call (job cursor, node counters, close).
     ///
     /// Why: an agreement per step made every rank wait for the slowest
-    /// node at every step, polling MPI all the while; with several nodes'
-    /// ranks on few cores the polling slowed the readers' storage. Without
-    /// per-step agreements lmdbio went from 0.75-0.82 to 0.85-0.94 of the
-    /// storage limit at four and eight one-rank nodes here
-    /// (docs/PERFORMANCE.md, thirteenth round).
+    /// node at every step, polling MPI all the while, and with several
+    /// nodes' ranks on few cores the polling slowed the readers' storage.
+    /// Meeting only where rounds start took lmdbio from 0.74-0.81 to
+    /// 0.89-0.92 of the storage limit at four and eight one-rank nodes in
+    /// paired runs here (docs/PERFORMANCE.md, thirteenth round).
     ///
     /// A rank that cannot serve `t` (its node's read failed, or one of its
     /// records is damaged) joins that next agreement at once and waits
@@ -967,10 +967,7 @@ impl Engine {
     /// agreement, so a window area is reused only once every rank has left
     /// the round that used it.
     fn serve_from_own_node(&mut self, t: u64) -> Result<PlacedBatch> {
-        let io_start = Instant::now();
-        let reads_in = self.wait_for_step(t);
-        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
-        let delivered = self.place_batch(t);
+        let (reads_in, delivered) = self.wait_and_place(t);
         let served = reads_in.and_then(|in_here| {
             if in_here {
                 agree::local(|| self.check_overflow_headers(&self.batch))?;
@@ -978,45 +975,49 @@ impl Engine {
             }
             Ok(in_here)
         });
-        match served {
+        let failure = match served {
             Ok(true) => {
                 self.owes_agreement.set(true);
-                Ok(delivered)
+                return Ok(delivered);
             }
             // Another reader of the node failed: it reports why.
-            Ok(false) => {
-                self.meet(Ok(()), false)?;
-                Err(Error::Internal(format!(
-                    "a reader failed reading step {t} and no rank reported why"
-                )))
-            }
-            Err(e) => self.meet(Err(e), false).map(|()| delivered),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        // Not served: the meeting fails on every rank.
+        match self.meet(failure, i64::MAX, false) {
+            Err(e) => Err(e),
+            Ok(_) => Err(Error::Internal(format!(
+                "step {t} was not served, yet the ranks agreed it was"
+            ))),
         }
     }
 
     /// Joins the world agreement this rank owes, if it owes one.
     fn settle_agreement(&self) -> Result<()> {
         if self.owes_agreement.get() {
-            self.meet(Ok(()), true)?;
+            self.meet(Ok(()), i64::MAX, true)?;
         }
         Ok(())
     }
 
-    /// A world agreement of the kind `start_round` makes (one value to
-    /// reduce besides whether this rank's node served its steps), so that
-    /// a rank that failed a step meets the others at whichever of the two
-    /// they reach first. `served` is false on a rank with nothing to serve
-    /// because another reader of its node failed.
-    fn meet(&self, local: Result<()>, served: bool) -> Result<()> {
-        let mut mins = [i64::MAX, i64::from(served)];
+    /// The world agreement the ranks meet at, wherever they meet (a
+    /// round's start, the job's last step, a collective call, or a step a
+    /// rank could not serve): every kind has this one shape, so a rank
+    /// that failed a step meets the others at whichever they reach first.
+    /// Returns `local`'s value and the smallest `value` (ranks with no say
+    /// pass `i64::MAX`). `served` is false on a rank with nothing to serve
+    /// because another reader of its node failed (that reader reports why).
+    fn meet<T>(&self, local: Result<T>, value: i64, served: bool) -> Result<(T, i64)> {
+        let mut mins = [value, i64::from(served)];
         self.owes_agreement.set(false);
-        agree(&self.world, local, &mut mins)?;
+        let agreed = agree(&self.world, local, &mut mins)?;
         if mins[1] == 0 {
             return Err(Error::Internal(
                 "a node's reader failed and no rank reported why".into(),
             ));
         }
-        Ok(())
+        Ok((agreed, mins[0]))
     }
 
     /// Waits until step `t`'s bytes are in, places this rank's batch, and
@@ -1027,11 +1028,7 @@ impl Engine {
     /// with eight ranks on two cores (docs/bench/polite-wait), and a step
     /// already in everywhere has nothing to agree on.
     fn agree_on_steps_from(&mut self, t: u64) -> Result<PlacedBatch> {
-        let io_start = Instant::now();
-        let reads_in = self.wait_for_step(t);
-        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
-
-        let delivered = self.place_batch(t);
+        let (reads_in, delivered) = self.wait_and_place(t);
         // The step's values are checked only once they are in.
         let served_to = reads_in.and_then(|ready| {
             if !ready {
@@ -1097,6 +1094,16 @@ impl Engine {
         let round = self.round.as_mut().expect("round loaded before serving");
         round.checked_end = round.checked_end.max(s);
         s
+    }
+
+    /// Waits until this node's bytes for step `t` are in (see
+    /// `wait_for_step`; the wait counts as I/O time) and lays out this
+    /// rank's batch.
+    fn wait_and_place(&mut self, t: u64) -> (Result<bool>, PlacedBatch) {
+        let io_start = Instant::now();
+        let reads_in = self.wait_for_step(t);
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        (reads_in, self.place_batch(t))
     }
 
     /// Lays out this rank's batch of step `t` of the loaded round (offsets
@@ -1344,20 +1351,13 @@ impl Engine {
             .ok()
             .and_then(|r| r.as_ref())
             .map_or(i64::MAX, |r| r.steps as i64);
-        // The same shape as `meet`: a rank that could not serve a step
-        // meets the others here.
-        let mut mins = [local_k, 1];
-        self.owes_agreement.set(false);
         if !self.options.collective {
+            // With independent reads the ranks meet only here and at the
+            // job's last step (serve_from_own_node).
             self.counters.step_agreements += 1;
         }
-        let fitted = agree(&self.world, fit, &mut mins)?;
-        if mins[1] == 0 {
-            return Err(Error::Internal(
-                "a node's reader failed and no rank reported why".into(),
-            ));
-        }
-        let k = mins[0].max(1) as u64;
+        let (fitted, k) = self.meet(fit, local_k, true)?;
+        let k = k.max(1) as u64;
         self.rounds_started += 1;
         let tag = self.rounds_started as u32;
         // A master already planned this round unless another node needed
