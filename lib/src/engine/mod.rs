@@ -1002,9 +1002,10 @@ impl Engine {
     }
 
     /// The world agreement the ranks meet at, wherever they meet (a
-    /// round's start, the job's last step, a collective call, or a step a
-    /// rank could not serve): every kind has this one shape, so a rank
-    /// that failed a step meets the others at whichever they reach first.
+    /// round's start, the job's last step, a collective call, a step a
+    /// rank could not serve, and with collective reads every step): every
+    /// kind has this one shape, so a rank that failed a step meets the
+    /// others at whichever they reach first.
     /// Returns `local`'s value and the smallest `value` (ranks with no say
     /// pass `i64::MAX`). `served` is false on a rank with nothing to serve
     /// because another reader of its node failed (that reader reports why).
@@ -1020,11 +1021,12 @@ impl Engine {
         Ok((agreed, mins[0]))
     }
 
-    /// Waits until step `t`'s bytes are in, places this rank's batch, and
-    /// agrees with every rank on how far the steps are served: `t`, and
-    /// the later steps of the round that every node already has in (their
-    /// ranks' overflow headers checked), which then need no agreement of
-    /// their own. A reduction costs each rank about a millisecond
+    /// Collective reads (independent ones use `serve_from_own_node`): waits
+    /// until step `t`'s bytes are in, places this rank's batch, and agrees
+    /// with every rank on how far the steps are served: `t`, and the later
+    /// steps of the round that every node already has in (their ranks'
+    /// overflow headers checked), which then need no agreement of their
+    /// own. A reduction costs each rank about a millisecond
     /// with eight ranks on two cores (docs/bench/polite-wait), and a step
     /// already in everywhere has nothing to agree on.
     fn agree_on_steps_from(&mut self, t: u64) -> Result<PlacedBatch> {
@@ -1045,25 +1047,17 @@ impl Engine {
         // rank whose node's reader failed has nothing to serve, and the
         // reader reports why in the same agreement) and up to which step
         // they are in with no wait.
-        let mut mins = [
-            i64::from(matches!(served_to, Ok(Some(_)))),
-            match served_to {
-                Ok(Some(end)) => end as i64,
-                _ => 0,
-            },
-        ];
+        let (ready, end) = match served_to {
+            Ok(Some(end)) => (true, end as i64),
+            _ => (false, 0),
+        };
         let published = served_to.and_then(|_| held(&self.parts).memory.sync());
         self.counters.step_agreements += 1;
-        agree(&self.world, published, &mut mins)?;
+        let ((), agreed_end) = self.meet(published, end, ready)?;
         held(&self.parts).memory.sync()?;
         self.counters.wait_seconds += waited.elapsed().as_secs_f64();
-        if mins[0] == 0 {
-            return Err(Error::Internal(format!(
-                "a reader failed reading step {t} and no rank reported why"
-            )));
-        }
         if let Some(round) = self.round.as_mut() {
-            round.agreed_end = (mins[1] as u64).max(t + 1);
+            round.agreed_end = (agreed_end as u64).max(t + 1);
         }
         Ok(delivered)
     }
