@@ -171,13 +171,17 @@ pub fn cached_bytes(_file: &File, _offset: u64, _len: u64) -> Option<u64> {
 /// the file). Advice: pages in use stay, and no data is lost either way.
 #[cfg(target_os = "linux")]
 pub fn forget(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    advise(file, offset, len, libc::POSIX_FADV_DONTNEED)
+}
+
+#[cfg(target_os = "linux")]
+fn advise(file: &File, offset: u64, len: u64, advice: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
     // SAFETY: advice on a descriptor we own; no memory is passed.
-    let rc =
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, advice) };
     if rc == 0 {
         Ok(())
     } else {
@@ -187,6 +191,18 @@ pub fn forget(file: &File, offset: u64, len: u64) -> io::Result<()> {
 
 #[cfg(not(target_os = "linux"))]
 pub fn forget(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+    Ok(())
+}
+
+/// Asks the kernel to start reading `[offset, offset + len)` of `file`
+/// into the page cache now (`POSIX_FADV_WILLNEED`), without waiting.
+#[cfg(target_os = "linux")]
+pub fn will_need(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    advise(file, offset, len, libc::POSIX_FADV_WILLNEED)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn will_need(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }
 

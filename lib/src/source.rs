@@ -25,6 +25,10 @@ pub trait ReadAt: Send + Sync {
     fn path(&self) -> &Path;
     /// Requests and bytes served so far.
     fn counters(&self) -> IoSnapshot;
+    /// Advice that `[offset, offset + len)` of each range will be read
+    /// soon, so the storage may work on all of them at once. Advice only:
+    /// it reads nothing into any buffer, counts nothing, and fails never.
+    fn will_need(&self, _ranges: &[(u64, u64)]) {}
 }
 
 /// Read counters. Atomics so concurrent index threads can share one source.
@@ -177,6 +181,12 @@ impl ReadAt for FileSource {
 
     fn counters(&self) -> IoSnapshot {
         self.counters.snapshot()
+    }
+
+    fn will_need(&self, ranges: &[(u64, u64)]) {
+        for &(offset, len) in ranges {
+            let _ = crate::page_cache::will_need(&self.file, offset, len);
+        }
     }
 }
 

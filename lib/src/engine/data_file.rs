@@ -382,6 +382,13 @@ impl ReadAt for DataSource<'_> {
             DataSource::Shared(f) => f.counters(),
         }
     }
+
+    fn will_need(&self, ranges: &[(u64, u64)]) {
+        // MPI-IO has no such advice.
+        if let DataSource::Own(f) = self {
+            f.will_need(ranges);
+        }
+    }
 }
 
 impl DataSource<'_> {

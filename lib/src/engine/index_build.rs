@@ -3,7 +3,7 @@
 //! and broadcast, the leaf pages are split among the masters, and the parts
 //! are gathered into every node's shared index.
 
-use super::agree::{agree_ok, local};
+use super::agree::{agree, agree_ok, local};
 use super::data_file::{DataFile, DataSource};
 use super::node_memory::{entries_as_bytes, NodeMemory};
 use crate::database::{Database, Tree};
@@ -20,6 +20,8 @@ pub(crate) struct ScannedIndex<'f> {
     counts: Vec<(u64, u64)>,
     pub records: usize,
     pub key_bytes: usize,
+    /// Bytes of every record's value together.
+    pub value_bytes: u64,
     pub page_size: u32,
     /// Transaction id of the meta page read (identifies the snapshot).
     pub txnid: u64,
@@ -44,72 +46,210 @@ struct MasterState<'f> {
     granule: u64,
 }
 
-/// Reads the tree and sizes the index. Collective over `world`. `masters`
-/// and `file` are present on masters (every master is a reader).
+/// What the masters tell every rank about the whole index, agreed in one
+/// reduction (MIN; ranks that are not masters pass `i64::MAX`, and every
+/// master passes the same values).
+#[derive(Clone, Copy)]
+enum Agreed {
+    Records,
+    KeyBytes,
+    PageSize,
+    Txnid,
+    LargestSpan,
+    PlanGranule,
+    ValueBytes,
+}
+const SIZES: usize = 7;
+
+/// A master's scan, before the world agrees on it: its state, the entries
+/// and key bytes of every master's part, and the sizes. `None` when this
+/// master did its part but another master failed: that master's error is
+/// the one the agreement carries.
+type MasterScan<'f> = Option<(MasterState<'f>, Vec<(u64, u64)>, [i64; SIZES])>;
+
+/// Reads the tree and sizes the index, ending in one agreement over
+/// `world`. `masters` is present on masters (every master is a reader);
+/// `file` is the reader's file, or why it could not be opened.
+///
+/// One agreement, not one per phase: each agreement over the world before
+/// the first value is read cost 1-2 ms at eight ranks on two cores, where
+/// a whole run takes half a second (docs/PERFORMANCE.md, fourteenth
+/// round). The masters' own collective calls carry a failure among them
+/// instead: master 0's page list says whether it has one, and the sizes
+/// they gather say who parsed its part.
 pub(crate) fn scan<'f>(
     world: &Comm,
     masters: Option<&Comm>,
-    file: Option<&'f DataFile>,
+    file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
 ) -> Result<ScannedIndex<'f>> {
-    // Phase 1: open the tree and read its upper levels once.
-    let opened = agree_ok(world, local(|| open_tree(masters, file, subdb)))?;
-    // Phase 2: share the page lists and parse this master's leaves.
-    let state = agree_ok(world, local(|| parse_share(masters, opened)))?;
-
-    // Phase 3: sizes to everyone.
-    let mut sizes = [0i64; 6];
-    let mut counts = Vec::new();
-    if let (Some(m), Some(state)) = (masters, &state) {
-        let largest = state
-            .part
-            .entries
-            .iter()
-            .map(|e| e.span().1)
-            .max()
-            .unwrap_or(0);
-        let all = m.allgather_i64(&[
-            state.part.entries.len() as i64,
-            state.part.keys.len() as i64,
-            largest as i64,
-            state.granule as i64,
-        ])?;
-        counts = all
-            .chunks(4)
-            .map(|c| (c[0] as u64, c[1] as u64))
-            .collect::<Vec<_>>();
-        sizes = [
-            counts.iter().map(|c| c.0).sum::<u64>() as i64,
-            counts.iter().map(|c| c.1).sum::<u64>() as i64,
-            state.db.page_size() as i64,
-            state.db.meta().mm_txnid as i64,
-            all.chunks(4).map(|c| c[2]).max().unwrap_or(0),
-            all.chunks(4).map(|c| c[3]).max().unwrap_or(1),
-        ];
+    let local = match masters {
+        Some(m) => master_scan(m, file, subdb),
+        None => file.map(|_| None),
+    };
+    let mut sizes = [i64::MAX; SIZES];
+    if let Ok(Some((_, _, mine))) = &local {
+        sizes = *mine;
     }
-    // World rank 0 is node rank 0 of its node, hence a master.
-    world.bcast_i64(0, &mut sizes)?;
+    let found = agree(world, local, &mut sizes)?;
+    let (state, counts) = match (masters, found) {
+        (Some(_), Some((state, counts, _))) => (Some(state), counts),
+        (None, _) => (None, Vec::new()),
+        (Some(_), None) => {
+            return Err(Error::Internal(
+                "a master failed the scan, yet the ranks agreed it succeeded".into(),
+            ))
+        }
+    };
+    let size = |s: Agreed| sizes[s as usize] as u64;
     Ok(ScannedIndex {
         state,
         counts,
-        records: sizes[0] as usize,
-        key_bytes: sizes[1] as usize,
-        page_size: sizes[2] as u32,
-        txnid: sizes[3] as u64,
-        largest_span: sizes[4] as u64,
-        plan_granule: (sizes[5] as u64).max(1),
+        records: size(Agreed::Records) as usize,
+        key_bytes: size(Agreed::KeyBytes) as usize,
+        value_bytes: size(Agreed::ValueBytes),
+        page_size: size(Agreed::PageSize) as u32,
+        txnid: size(Agreed::Txnid),
+        largest_span: size(Agreed::LargestSpan),
+        plan_granule: size(Agreed::PlanGranule).max(1),
     })
 }
 
+/// What each master tells the others about its part (all zero from a
+/// master that has none).
+#[derive(Default)]
+struct PartSizes {
+    parsed: bool,
+    entries: u64,
+    key_bytes: u64,
+    value_bytes: u64,
+    /// The longest span one of its records' values covers.
+    largest_span: u64,
+    granule: u64,
+    page_size: u64,
+    txnid: u64,
+}
+
+impl PartSizes {
+    const WORDS: usize = 8;
+
+    fn of(state: &MasterState) -> PartSizes {
+        let entries = &state.part.entries;
+        PartSizes {
+            parsed: true,
+            entries: entries.len() as u64,
+            key_bytes: state.part.keys.len() as u64,
+            value_bytes: entries.iter().map(|e| u64::from(e.value_len)).sum(),
+            largest_span: entries.iter().map(|e| e.span().1).max().unwrap_or(0),
+            granule: state.granule,
+            page_size: u64::from(state.db.page_size()),
+            txnid: state.db.meta().mm_txnid,
+        }
+    }
+
+    fn words(&self) -> [i64; Self::WORDS] {
+        [
+            i64::from(self.parsed),
+            self.entries as i64,
+            self.key_bytes as i64,
+            self.value_bytes as i64,
+            self.largest_span as i64,
+            self.granule as i64,
+            self.page_size as i64,
+            self.txnid as i64,
+        ]
+    }
+
+    fn from(w: &[i64]) -> PartSizes {
+        PartSizes {
+            parsed: w[0] != 0,
+            entries: w[1] as u64,
+            key_bytes: w[2] as u64,
+            value_bytes: w[3] as u64,
+            largest_span: w[4] as u64,
+            granule: w[5] as u64,
+            page_size: w[6] as u64,
+            txnid: w[7] as u64,
+        }
+    }
+}
+
+/// A master's part of the scan. Every master makes the same collective
+/// calls among the masters whatever fails locally, so none is left waiting.
+fn master_scan<'f>(
+    masters: &Comm,
+    file: Result<Option<&'f DataFile>>,
+    subdb: Option<&str>,
+) -> Result<MasterScan<'f>> {
+    let opened = file.and_then(|f| local(|| open_tree(masters, f, subdb)));
+    // Master 0's page list, or nothing if it has none to share: an empty
+    // tree still encodes its two counts.
+    let mut bytes = match &opened {
+        Ok((_, _, Some(pages), _)) => encode_pages(pages),
+        _ => Vec::new(),
+    };
+    masters.bcast_bytes(0, &mut bytes)?;
+    let parsed = opened.and_then(|(db, tree, _, granule)| {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        local(|| parse_part(masters, db, tree, granule, &bytes)).map(Some)
+    });
+    let mine = match &parsed {
+        Ok(Some(state)) => PartSizes::of(state).words(),
+        _ => PartSizes::default().words(),
+    };
+    let all = masters.allgather_i64(&mine)?;
+    let Some(state) = parsed? else {
+        return Ok(None);
+    };
+    let parts: Vec<PartSizes> = all.chunks(PartSizes::WORDS).map(PartSizes::from).collect();
+    if parts.iter().any(|p| !p.parsed) {
+        return Ok(None);
+    }
+    // Each master read the meta pages itself: a writer that committed in
+    // between would have them index different snapshots.
+    let lowest = parts.iter().map(|p| p.txnid).min().unwrap_or(0);
+    let highest = parts.iter().map(|p| p.txnid).max().unwrap_or(0);
+    if lowest != highest || parts.iter().any(|p| p.page_size != parts[0].page_size) {
+        return Err(Error::InvalidArgument(format!(
+            "the database changed while it was opened (its nodes read transactions {lowest} to {highest}); open it again"
+        )));
+    }
+    let counts: Vec<(u64, u64)> = parts.iter().map(|p| (p.entries, p.key_bytes)).collect();
+    let mut sizes = [0i64; SIZES];
+    let mut set = |s: Agreed, v: u64| sizes[s as usize] = v as i64;
+    set(Agreed::Records, parts.iter().map(|p| p.entries).sum());
+    set(Agreed::KeyBytes, parts.iter().map(|p| p.key_bytes).sum());
+    set(
+        Agreed::ValueBytes,
+        parts.iter().map(|p| p.value_bytes).sum(),
+    );
+    set(
+        Agreed::LargestSpan,
+        parts.iter().map(|p| p.largest_span).max().unwrap_or(0),
+    );
+    set(
+        Agreed::PlanGranule,
+        parts.iter().map(|p| p.granule).max().unwrap_or(1),
+    );
+    set(Agreed::PageSize, parts[0].page_size);
+    set(Agreed::Txnid, lowest);
+    Ok(Some((state, counts, sizes)))
+}
+
 /// Gathers the masters' parts into the node's shared index (laid out in
-/// `memory` for `scanned`'s sizes) and publishes it. Collective over
-/// `world`; returns the reads this rank made for the index.
-pub(crate) fn publish(
+/// `memory` for `scanned`'s sizes) and publishes it, in one agreement over
+/// `world` that also carries `also` (this rank's own result of a step
+/// that ends at the same agreement). Returns the reads this rank made for
+/// the index, and `also`'s value.
+pub(crate) fn publish<T>(
     world: &Comm,
     masters: Option<&Comm>,
     memory: &mut NodeMemory,
     scanned: ScannedIndex,
-) -> Result<IoSnapshot> {
+    also: Result<T>,
+) -> Result<(IoSnapshot, T)> {
     let mut io = IoSnapshot::default();
     let gathered = match (masters, scanned.state) {
         (Some(m), Some(state)) => {
@@ -118,58 +258,59 @@ pub(crate) fn publish(
         }
         _ => Ok(()),
     };
-    let published = gathered.and_then(|()| memory.sync());
-    agree_ok(world, published)?;
+    let published = gathered.and_then(|()| memory.sync()).and(also);
+    let value = agree_ok(world, published)?;
     memory.sync()?;
-    Ok(io)
+    Ok((io, value))
 }
 
 fn open_tree<'f>(
-    masters: Option<&Comm>,
+    masters: &Comm,
     file: Option<&'f DataFile>,
     subdb: Option<&str>,
-) -> Result<Option<OpenedTree<'f>>> {
-    let (Some(m), Some(file)) = (masters, file) else {
-        return Ok(None);
-    };
+) -> Result<OpenedTree<'f>> {
+    let file =
+        file.ok_or_else(|| Error::Internal("a node's first rank has no file open".into()))?;
     let db = Database::from_source(file.source())?;
     // Fails here, agreed by every rank, for a file that direct reads were
     // required for but cannot serve.
     let granule = file.plan_granule(db.page_size() as u64)?;
     let tree = db.tree(subdb)?;
-    let pages = if m.rank() == 0 {
+    let pages = if masters.rank() == 0 {
         Some(walk_tree(&db, &tree, IndexOptions::default().chunk_pages)?)
     } else {
         None
     };
-    Ok(Some((db, tree, pages, granule)))
+    Ok((db, tree, pages, granule))
 }
 
-fn parse_share<'f>(
-    masters: Option<&Comm>,
-    opened: Option<OpenedTree<'f>>,
-) -> Result<Option<MasterState<'f>>> {
-    let (Some(m), Some((db, tree, pages, granule))) = (masters, opened) else {
-        return Ok(None);
-    };
-    let mut bytes = pages.as_ref().map(encode_pages).unwrap_or_default();
-    m.bcast_bytes(0, &mut bytes)?;
-    let pages = decode_pages(&bytes)?;
+/// Parses this master's share of the leaves in master 0's page list.
+fn parse_part<'f>(
+    masters: &Comm,
+    db: Database<DataSource<'f>>,
+    tree: Tree,
+    granule: u64,
+    page_list: &[u8],
+) -> Result<MasterState<'f>> {
+    let pages = decode_pages(page_list)?;
     let n = pages.leaves.len();
-    let (lo, hi) = (n * m.rank() / m.size(), n * (m.rank() + 1) / m.size());
+    let (lo, hi) = (
+        n * masters.rank() / masters.size(),
+        n * (masters.rank() + 1) / masters.size(),
+    );
     // One thread: MPI may only be called from the thread driving us.
     let options = IndexOptions {
         threads: 1,
         ..Default::default()
     };
     let part = parse_leaves(&db, &tree, &pages.leaves[lo..hi], &options)?;
-    Ok(Some(MasterState {
+    Ok(MasterState {
         db,
         tree,
         pages,
         part,
         granule,
-    }))
+    })
 }
 
 /// Gathers every master's part into this node's shared index and checks
@@ -194,12 +335,14 @@ fn gather_into(
             entries.copy_from_slice(entries_as_bytes(&state.part.entries));
             keys.copy_from_slice(&state.part.keys);
         } else {
-            masters.allgatherv_bytes(
-                entries_as_bytes(&state.part.entries),
-                &entry_counts,
-                entries,
-            )?;
-            masters.allgatherv_bytes(&state.part.keys, &key_counts, keys)?;
+            masters.allgatherv_bytes(&mut [
+                (
+                    entries_as_bytes(&state.part.entries),
+                    &entry_counts,
+                    entries,
+                ),
+                (&state.part.keys, &key_counts, keys),
+            ])?;
         }
     }
     check_index(

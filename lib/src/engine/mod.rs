@@ -437,7 +437,6 @@ impl Drop for FinishOnDrop {
 pub struct Engine {
     // Dropped first: waits for reads into the window from `file`.
     pending: Option<Round>,
-    world: Comm,
     file: Option<Arc<DataFile>>,
     /// The node topology and shared memory, taken from the kept ones at
     /// open and given back on drop (see [`topology`]); always present
@@ -515,14 +514,15 @@ struct Opened {
     plan_granule: u64,
 }
 
-/// The schedule, epoch order and step to start from, agreed by all ranks.
+/// The schedule, epoch order and step to start from, on this rank (the
+/// ranks agree on it when the index is published).
 fn start_point(
     world: &Comm,
     options: &EngineOptions,
-    memory: &NodeMemory,
+    records: u64,
+    value_bytes: u64,
     database: DatabaseIdentity,
 ) -> Result<(JobSchedule, EpochOrder, u64)> {
-    let records = memory.len() as u64;
     let schedule = Schedule::new(
         records,
         world.size() as u64,
@@ -531,7 +531,6 @@ fn start_point(
         options.tail,
     );
     let shuffle = options.shuffle_seed.map(|seed| {
-        let value_bytes = memory.entries().iter().map(|e| e.value_len as u64).sum();
         let sized = Shuffle::with_default_sizes(seed, records, value_bytes);
         Shuffle {
             chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
@@ -539,10 +538,7 @@ fn start_point(
             ..sized
         }
     });
-    let (schedule, step) = agree_ok(
-        world,
-        resume_point(options, schedule, shuffle, database, world.rank()),
-    )?;
+    let (schedule, step) = resume_point(options, schedule, shuffle, database, world.rank())?;
     Ok((schedule, EpochOrder::new(records, shuffle), step))
 }
 
@@ -551,6 +547,15 @@ impl Drop for Engine {
         // Reads into the window finish before it is given back.
         self.pending = None;
         self.round = None;
+        if self.parts.is_none() {
+            return;
+        }
+        if crate::mpi_raw::is_initialized() {
+            // A rank that failed a step may be waiting for this one at a
+            // world agreement: this rank learns nothing it could still act
+            // on, but must not leave it waiting.
+            let _ = self.settle_agreement();
+        }
         let Some(NodeParts {
             mut topology,
             memory,
@@ -566,10 +571,6 @@ impl Drop for Engine {
             std::mem::forget(topology);
             return;
         }
-        // A rank that failed a step may be waiting for this one at a world
-        // agreement: this rank learns nothing it could still act on, but
-        // must not leave it waiting.
-        let _ = self.settle_agreement();
         // The node's ranks may still be reading their last batch: the
         // window is kept (memory and all, see topology) once all of them
         // are done with it, so that `release_memory` may free it at any
@@ -588,11 +589,10 @@ impl Engine {
     /// Opens `path` (database directory or data file) on every rank of
     /// `comm`. Collective; any rank's failure fails every rank.
     pub fn open(comm: RawComm, path: &Path, mut options: EngineOptions) -> Result<Engine> {
-        let world = Comm::dup(comm)?;
-        let local_check = check_options(&options);
-        agree_ok(&world, local_check)?;
-        let (mut topology, topology_made) = topology::take(&world, &options)?;
-        let opened = match Engine::open_with(&world, &mut topology, path, &options) {
+        let caller = Comm::caller(comm)?;
+        let (mut topology, topology_made) =
+            topology::take(&caller, &options, check_options(&options))?;
+        let opened = match Engine::open_with(&mut topology, path, &options) {
             Ok(opened) => opened,
             Err(e) => {
                 // Every rank failed at the same agreement, before anyone
@@ -612,7 +612,6 @@ impl Engine {
         Ok(Engine {
             pending: None,
             threaded_reads,
-            world,
             counters: Counters {
                 file_opens: u64::from(opened.file.is_some()),
                 index_bytes_read: io.bytes_read,
@@ -649,28 +648,25 @@ impl Engine {
     /// The collective steps of opening on a taken topology: the file on the
     /// readers, the index in the node's memory, and the starting point. On
     /// failure the window is back in `topology`.
+    ///
+    /// Three agreements over the world with independent reads (the file
+    /// and the tree scanned, the index published with the starting point,
+    /// and the window when it has to be made), where there were eight:
+    /// each one before the first value is read cost 1-2 ms at eight ranks
+    /// on two cores (docs/PERFORMANCE.md, fourteenth round).
     fn open_with(
-        world: &Comm,
         topology: &mut NodeTopology,
         path: &Path,
         options: &EngineOptions,
     ) -> Result<Opened> {
-        // Resolve the path on readers only, and agree before the collective
-        // open so no reader enters MPI_File_open alone.
-        let resolved = match &topology.readers {
-            Some(_) => data_file_path(path).map(Some),
-            None => Ok(None),
+        let (file, opened) = match Engine::open_file(topology, path, options) {
+            Ok(file) => (file.map(Arc::new), Ok(())),
+            Err(e) => (None, Err(e)),
         };
-        let resolved = agree_ok(world, resolved)?;
-        let file = match (&topology.readers, resolved) {
-            (Some(r), Some(p)) => Some(DataFile::open(r, &p, options)),
-            _ => None,
-        };
-        let file = agree_resource(world, file.transpose())?.map(Arc::new);
         let scanned = index_build::scan(
-            world,
+            topology.world(),
             topology.masters.as_ref(),
-            file.as_deref(),
+            opened.map(|()| file.as_deref()),
             options.subdb.as_deref(),
         )?;
         // A record's run may take up to a granule more on each side.
@@ -683,7 +679,7 @@ impl Engine {
         let (records, key_bytes) = (scanned.records, scanned.key_bytes);
         let words = progress_words(topology.node.size());
         let (_, need) = node_memory::layout(words, records, key_bytes, data_len)?;
-        let window_made = topology.ensure_window(world, need)?;
+        let window_made = topology.ensure_window(need)?;
         let Some(window) = topology.window.take() else {
             return Err(Error::Internal("no node window after making one".into()));
         };
@@ -699,13 +695,19 @@ impl Engine {
             txnid: scanned.txnid,
             page_size: scanned.page_size,
         };
-        let masters = topology.masters.as_ref();
-        let started = index_build::publish(world, masters, &mut memory, scanned).and_then(|io| {
-            let (schedule, order, step) = start_point(world, options, &memory, database)?;
-            Ok((io, schedule, order, step))
+        let world = topology.world();
+        let start = agree::local(|| {
+            start_point(
+                world,
+                options,
+                records as u64,
+                scanned.value_bytes,
+                database,
+            )
         });
-        match started {
-            Ok((index_io, schedule, order, step)) => Ok(Opened {
+        let masters = topology.masters.as_ref();
+        match index_build::publish(world, masters, &mut memory, scanned, start) {
+            Ok((index_io, (schedule, order, step))) => Ok(Opened {
                 window_made,
                 file,
                 memory,
@@ -723,17 +725,56 @@ impl Engine {
         }
     }
 
+    /// Opens the data file on the readers (`None` elsewhere).
+    ///
+    /// Independent reads open a file of the reader's own, a step of its
+    /// own whose failure the tree scan's agreement carries to every rank.
+    /// Collective reads agree on the path first, so that no reader enters
+    /// `MPI_File_open` alone, and then on the file.
+    fn open_file(
+        topology: &NodeTopology,
+        path: &Path,
+        options: &EngineOptions,
+    ) -> Result<Option<DataFile>> {
+        if !options.collective {
+            return match &topology.readers {
+                Some(readers) => {
+                    agree::local(|| DataFile::open(readers, &data_file_path(path)?, options))
+                        .map(Some)
+                }
+                None => Ok(None),
+            };
+        }
+        let world = topology.world();
+        let resolved = match &topology.readers {
+            Some(_) => data_file_path(path).map(Some),
+            None => Ok(None),
+        };
+        let resolved = agree_ok(world, resolved)?;
+        let file = match (&topology.readers, resolved) {
+            (Some(r), Some(p)) => Some(DataFile::open(r, &p, options)),
+            _ => None,
+        };
+        agree_resource(world, file.transpose())
+    }
+
+    /// The engine's world: the kept duplicate of the caller's
+    /// communicator that came with the node topology.
+    fn world(&self) -> &Comm {
+        held(&self.parts).topology.world()
+    }
+
     /// Records in the database.
     pub fn records(&self) -> u64 {
         held(&self.parts).memory.len() as u64
     }
 
     pub fn rank(&self) -> usize {
-        self.world.rank()
+        self.world().rank()
     }
 
     pub fn ranks(&self) -> usize {
-        self.world.size()
+        self.world().size()
     }
 
     pub fn node_rank(&self) -> usize {
@@ -781,14 +822,14 @@ impl Engine {
         }
         let next = self
             .schedule
-            .batch_slots(self.world.rank() as u64, self.step);
+            .batch_slots(self.world().rank() as u64, self.step);
         let (epoch, position) = next
             .first()
             .map_or((self.last_epoch, 0), |s| (s.epoch, s.position));
         let base = self.schedule.base();
         Ok(Cursor {
-            rank: self.world.rank() as u32,
-            ranks: self.world.size() as u32,
+            rank: self.world().rank() as u32,
+            ranks: self.world().size() as u32,
             partition: base.partition,
             tail: base.tail,
             batch: base.batch,
@@ -807,13 +848,13 @@ impl Engine {
     pub fn job_cursor(&self) -> Result<JobCursor> {
         self.settle_agreement()?;
         // Every rank learns if any rank has no cursor, before gathering.
-        let mine = agree_ok(&self.world, self.cursor())?.encode();
+        let mine = agree_ok(self.world(), self.cursor())?.encode();
         // Gathered as i64 words: a cursor is 13 of them.
         let words: Vec<i64> = mine
             .chunks(8)
             .map(|w| i64::from_le_bytes(w.try_into().unwrap_or_default()))
             .collect();
-        let all = self.world.allgather_i64(&words)?;
+        let all = self.world().allgather_i64(&words)?;
         let bytes: Vec<u8> = all.iter().flat_map(|w| w.to_le_bytes()).collect();
         let cursors = bytes
             .chunks(CURSOR_BYTES)
@@ -1012,7 +1053,7 @@ impl Engine {
     fn meet<T>(&self, local: Result<T>, value: i64, served: bool) -> Result<(T, i64)> {
         let mut mins = [value, i64::from(served)];
         self.owes_agreement.set(false);
-        let agreed = agree(&self.world, local, &mut mins)?;
+        let agreed = agree(self.world(), local, &mut mins)?;
         if mins[1] == 0 {
             return Err(Error::Internal(
                 "a node's reader failed and no rank reported why".into(),
@@ -1120,7 +1161,7 @@ impl Engine {
         let entries = held(&self.parts).memory.entries();
         let mut n = 0;
         let mut bytes = 0u64;
-        let world_rank = self.world.rank() as u64;
+        let world_rank = self.world().rank() as u64;
         let order = &self.order;
         let cut = for_each_wanted_slot(
             &self.schedule,

@@ -17,6 +17,9 @@
 //! [`release_memory`] gives the memory back to the system while keeping
 //! the rest.
 //!
+//! The world communicator the engine works on (a duplicate of the
+//! caller's) is kept with them, for the same reason.
+//!
 //! Open and drop are collective, so every member of a job holds the same
 //! kept topologies; open still agrees on the one it takes (by an id agreed
 //! when it was made) and makes a new one if any rank disagrees.
@@ -24,7 +27,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
-use super::agree::{agree, agree_ok, agree_resource};
+use super::agree::{agree, agree_resource};
 use super::EngineOptions;
 use crate::error::Result;
 use crate::mpi_raw::{self, Comm, RawComm, ReduceOp, SharedWindow};
@@ -35,8 +38,9 @@ use crate::mpi_raw::{self, Comm, RawComm, ReduceOp, SharedWindow};
 pub const INDEX_ALLOWANCE: usize = 64 << 20;
 
 pub struct NodeTopology {
-    /// A duplicate of the communicator the topology was made for; only its
-    /// ranks matter (`MPI_Comm_compare`).
+    /// A duplicate of the communicator the topology was made for: the
+    /// world of the engines that hold it, and what later opens compare
+    /// their communicator with (`MPI_Comm_compare`).
     ranks: Comm,
     ranks_per_node: Option<usize>,
     readers_per_node: usize,
@@ -72,35 +76,58 @@ impl NodeTopology {
             && ranks.same_ranks_as(self.ranks.raw()).unwrap_or(false)
     }
 
+    /// The engine's world communicator while it holds this topology: a
+    /// duplicate of the caller's, made with the topology and kept with it.
+    pub fn world(&self) -> &Comm {
+        &self.ranks
+    }
+
     /// Makes sure the window holds at least `len` bytes, making a new one
-    /// if not (then returns true). Collective over `world`.
-    pub fn ensure_window(&mut self, world: &Comm, len: usize) -> Result<bool> {
+    /// if not (then returns true). Collective over the world.
+    pub fn ensure_window(&mut self, len: usize) -> Result<bool> {
         // Every rank of a node holds the same window, so the node's ranks
         // all free it or none does.
         let fits = self.window.as_ref().is_some_and(|w| w.len() >= len);
         if !fits {
             self.window = None;
             let made = SharedWindow::allocate(&self.node, len);
-            self.window = Some(agree_resource(world, made)?);
+            self.window = Some(agree_resource(&self.ranks, made)?);
         }
         Ok(!fits)
     }
 }
 
-/// Takes the kept topology for `world`'s ranks and these options, or makes
-/// one (then returns true). Collective over `world` (the engine's duplicate
-/// of the caller's communicator).
-pub fn take(world: &Comm, options: &EngineOptions) -> Result<(NodeTopology, bool)> {
-    mpi_raw::call_at_finalize(release_all)?;
+/// Takes the kept topology for the ranks of `caller` (the caller's own
+/// communicator) and these options, or makes one (then returns true).
+/// `local` is this rank's verdict on the options, agreed in the same
+/// reduction; on any rank's failure every rank returns it and keeps what
+/// it had. Collective over `caller`.
+///
+/// With a topology kept this reduction is the only call an open makes on
+/// the caller's communicator, and the engine works on the topology's
+/// duplicate: a fresh duplicate per open was one more collective call,
+/// and at eight ranks on two cores each one before the first read cost
+/// 1-2 ms (docs/PERFORMANCE.md, fourteenth round).
+pub fn take(
+    caller: &Comm,
+    options: &EngineOptions,
+    local: Result<()>,
+) -> Result<(NodeTopology, bool)> {
+    let local = local.and_then(|()| mpi_raw::call_at_finalize(release_all));
     let candidate = {
         let mut kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         kept.iter()
-            .position(|t| t.made_for(world, options.ranks_per_node, options.readers_per_node))
+            .position(|t| t.made_for(caller, options.ranks_per_node, options.readers_per_node))
             .map(|i| kept.remove(i))
     };
     let id = candidate.as_ref().map_or(-1, |t| t.id);
     let mut bounds = [id, -id];
-    agree(world, Ok(()), &mut bounds)?;
+    if let Err(e) = agree(caller, local, &mut bounds) {
+        if let Some(t) = candidate {
+            give_back(t);
+        }
+        return Err(e);
+    }
     let (lowest, highest) = (bounds[0], -bounds[1]);
     match candidate {
         Some(t) if lowest == highest => Ok((t, false)),
@@ -115,7 +142,7 @@ pub fn take(world: &Comm, options: &EngineOptions) -> Result<(NodeTopology, bool
                 }
                 std::mem::forget(t);
             }
-            make(world, options).map(|t| (t, true))
+            make(caller, options).map(|t| (t, true))
         }
     }
 }
@@ -150,10 +177,9 @@ pub fn give_back(topology: NodeTopology) {
 /// faults anything. Calling it again after [`release_memory`] maps the
 /// memory again. Collective over `comm`.
 pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
-    let world = Comm::dup(comm)?;
-    agree_ok(&world, super::check_options(options))?;
-    let (mut topology, _) = take(&world, options)?;
-    let made = topology.ensure_window(&world, options.window_bytes.saturating_add(INDEX_ALLOWANCE));
+    let caller = Comm::caller(comm)?;
+    let (mut topology, _) = take(&caller, options, super::check_options(options))?;
+    let made = topology.ensure_window(options.window_bytes.saturating_add(INDEX_ALLOWANCE));
     if let (Ok(_), Some(window)) = (&made, &topology.window) {
         window.populate(options.window_bytes);
     }
@@ -183,7 +209,10 @@ pub fn release_all() {
     drop(all);
 }
 
-fn make(world: &Comm, options: &EngineOptions) -> Result<NodeTopology> {
+fn make(caller: &Comm, options: &EngineOptions) -> Result<NodeTopology> {
+    // Everything below, and every engine holding this topology, works on
+    // this duplicate, so our traffic never mixes with the caller's.
+    let world = Comm::dup(caller.raw())?;
     let shared = world.split_shared()?;
     let virtual_node = match options.ranks_per_node {
         Some(k) => {
@@ -224,7 +253,7 @@ fn make(world: &Comm, options: &EngineOptions) -> Result<NodeTopology> {
     world.allreduce_i64(&mut id, ReduceOp::Max)?;
     NEXT_ID.fetch_max(id[0] + 1, Ordering::SeqCst);
     Ok(NodeTopology {
-        ranks: Comm::dup(world.raw())?,
+        ranks: world,
         ranks_per_node: options.ranks_per_node,
         readers_per_node: options.readers_per_node,
         id: id[0],

@@ -24,7 +24,18 @@ impl PageBatch {
         let mut sorted = pgnos.to_vec();
         sorted.sort_unstable();
         let mut bytes = vec![0u8; sorted.len() * psize];
-        for run in consecutive_runs(&sorted, MAX_PAGES_PER_READ) {
+        let runs: Vec<_> = consecutive_runs(&sorted, MAX_PAGES_PER_READ).collect();
+        if runs.len() > 1 {
+            // The reads below go one after another; told of them all first,
+            // the storage can fetch them together (on a network file system
+            // each is a round trip of its own).
+            let ranges: Vec<(u64, u64)> = runs
+                .iter()
+                .map(|r| (sorted[r.start] * psize as u64, (r.len() * psize) as u64))
+                .collect();
+            source.will_need(&ranges);
+        }
+        for run in runs {
             source.read_exact_at(
                 &mut bytes[run.start * psize..run.end * psize],
                 sorted[run.start] * psize as u64,
@@ -140,6 +151,56 @@ mod tests {
         for p in [3u64, 4, 5, 9, 10, 12] {
             assert_eq!(batch.page(p)[0], p as u8);
         }
+    }
+
+    /// A source that logs the advice it was given and the reads it served,
+    /// in order: `(true, offset, len)` for advice, `(false, ..)` for reads.
+    struct Advised {
+        inner: MemSource,
+        log: std::sync::Mutex<Vec<(bool, u64, u64)>>,
+    }
+
+    impl ReadAt for Advised {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            self.log
+                .lock()
+                .unwrap()
+                .push((false, offset, buf.len() as u64));
+            self.inner.read_exact_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn path(&self) -> &std::path::Path {
+            self.inner.path()
+        }
+        fn counters(&self) -> crate::source::IoSnapshot {
+            self.inner.counters()
+        }
+        fn will_need(&self, ranges: &[(u64, u64)]) {
+            let mut log = self.log.lock().unwrap();
+            log.extend(ranges.iter().map(|&(o, l)| (true, o, l)));
+        }
+    }
+
+    #[test]
+    fn scattered_pages_are_announced_before_any_is_read_and_one_run_is_not() {
+        let psize = 512u32;
+        let src = Advised {
+            inner: MemSource::new(vec![7u8; 20 * psize as usize], "mem"),
+            log: Default::default(),
+        };
+        PageBatch::read(&src, psize, &[9, 3, 4, 12]).unwrap();
+        let runs = [(3 * 512, 2 * 512), (9 * 512, 512), (12 * 512, 512)];
+        let expected: Vec<_> = runs
+            .iter()
+            .map(|&(o, l)| (true, o, l))
+            .chain(runs.iter().map(|&(o, l)| (false, o, l)))
+            .collect();
+        assert_eq!(*src.log.lock().unwrap(), expected);
+        src.log.lock().unwrap().clear();
+        PageBatch::read(&src, psize, &[5, 6, 7]).unwrap();
+        assert_eq!(*src.log.lock().unwrap(), vec![(false, 5 * 512, 3 * 512)]);
     }
 
     #[test]

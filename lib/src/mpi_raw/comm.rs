@@ -7,12 +7,15 @@ use mpi::ffi;
 use super::{check, RawComm};
 use crate::error::{Error, Result};
 
-/// A communicator we created (by dup or split) and free on drop. Errors on
-/// it return codes instead of aborting.
+/// A communicator we created (by dup or split), freed on drop, with MPI
+/// errors on it returning codes instead of aborting; or a caller's,
+/// borrowed for a single agreement ([`Comm::caller`]).
 pub struct Comm {
     raw: RawComm,
     rank: usize,
     size: usize,
+    /// Ours to free (and to set the error handler of).
+    owned: bool,
 }
 
 // SAFETY: a communicator handle is valid in every thread of the process.
@@ -61,21 +64,27 @@ pub enum ReduceOp {
     Sum,
 }
 
+/// A communicator handle we may call MPI on.
+fn check_usable(raw: RawComm) -> Result<()> {
+    if !super::is_initialized() {
+        return Err(Error::InvalidArgument(
+            "MPI is not initialised (call MPI_Init before opening)".into(),
+        ));
+    }
+    // SAFETY: reading an immutable handle constant.
+    if raw == unsafe { ffi::RSMPI_COMM_NULL } {
+        return Err(Error::InvalidArgument(
+            "the communicator is MPI_COMM_NULL".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Comm {
     /// Duplicates a caller's communicator so our traffic never mixes with
     /// theirs, and makes MPI errors on it return codes.
     pub fn dup(raw: RawComm) -> Result<Comm> {
-        if !super::is_initialized() {
-            return Err(Error::InvalidArgument(
-                "MPI is not initialised (call MPI_Init before opening)".into(),
-            ));
-        }
-        // SAFETY: reading an immutable handle constant.
-        if raw == unsafe { ffi::RSMPI_COMM_NULL } {
-            return Err(Error::InvalidArgument(
-                "the communicator is MPI_COMM_NULL".into(),
-            ));
-        }
+        check_usable(raw)?;
         // SAFETY: `raw` is a communicator handle from the caller; out is a
         // valid pointer for the new handle.
         let mut out = unsafe { ffi::RSMPI_COMM_NULL };
@@ -88,11 +97,29 @@ impl Comm {
         Comm::adopt(out)
     }
 
-    fn adopt(raw: RawComm) -> Result<Comm> {
-        let mut comm = Comm {
+    /// The caller's communicator as it is: not freed on drop, and its
+    /// error handler left alone (an MPI error on it does what the caller
+    /// chose). For the one agreement that decides whether a kept
+    /// duplicate can be used instead of making one, which is itself a
+    /// collective call on the caller's communicator.
+    pub fn caller(raw: RawComm) -> Result<Comm> {
+        check_usable(raw)?;
+        Comm {
             raw,
             rank: 0,
             size: 0,
+            owned: false,
+        }
+        .sized()
+    }
+
+    fn adopt(raw: RawComm) -> Result<Comm> {
+        // Freed on drop from here on, whatever fails below.
+        let comm = Comm {
+            raw,
+            rank: 0,
+            size: 0,
+            owned: true,
         };
         // SAFETY: raw is a valid communicator we own; the errhandler
         // constant is always valid.
@@ -100,19 +127,24 @@ impl Comm {
             unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
             "MPI_Comm_set_errhandler",
         )?;
+        comm.sized()
+    }
+
+    /// Fills in this rank's rank and the size.
+    fn sized(mut self) -> Result<Comm> {
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: valid communicator and out pointers.
         check(
-            unsafe { ffi::MPI_Comm_rank(raw, &mut rank) },
+            unsafe { ffi::MPI_Comm_rank(self.raw, &mut rank) },
             "MPI_Comm_rank",
         )?;
         check(
-            unsafe { ffi::MPI_Comm_size(raw, &mut size) },
+            unsafe { ffi::MPI_Comm_size(self.raw, &mut size) },
             "MPI_Comm_size",
         )?;
-        comm.rank = rank as usize;
-        comm.size = size as usize;
-        Ok(comm)
+        self.rank = rank as usize;
+        self.size = size as usize;
+        Ok(self)
     }
 
     pub fn raw(&self) -> RawComm {
@@ -350,46 +382,66 @@ impl Comm {
         Ok(all)
     }
 
-    /// Gathers every rank's `mine` into `out` (rank order, packed), whose
-    /// length must be the sum of `counts`.
-    pub fn allgatherv_bytes(&self, mine: &[u8], counts: &[u64], out: &mut [u8]) -> Result<()> {
-        let total: u64 = counts.iter().sum();
-        if total > i32::MAX as u64
-            || out.len() as u64 != total
-            || counts[self.rank] != mine.len() as u64
+    /// Several gathers at once: for each `(mine, counts, out)`, every
+    /// rank's `mine` lands in `out` (rank order, packed), whose length must
+    /// be the sum of `counts`. They run together, so the whole takes about
+    /// the time of the longest rather than their sum: each step of a
+    /// gather waits for its ranks to be scheduled, and at eight ranks on
+    /// two cores that is most of its time.
+    pub fn allgatherv_bytes(&self, gathers: &mut [(&[u8], &[u64], &mut [u8])]) -> Result<()> {
+        let mut layouts = Vec::with_capacity(gathers.len());
+        for (mine, counts, out) in gathers.iter() {
+            let total: u64 = counts.iter().sum();
+            if total > i32::MAX as u64
+                || out.len() as u64 != total
+                || counts.get(self.rank) != Some(&(mine.len() as u64))
+            {
+                return Err(Error::ResourceLimit(format!(
+                    "gathering {total} bytes in one MPI_Allgatherv exceeds what an int count can describe"
+                )));
+            }
+            let recv_counts: Vec<c_int> = counts.iter().map(|&c| c as c_int).collect();
+            let displs: Vec<c_int> = recv_counts
+                .iter()
+                .scan(0, |at, &c| {
+                    let here = *at;
+                    *at += c;
+                    Some(here)
+                })
+                .collect();
+            layouts.push((recv_counts, displs));
+        }
+        // SAFETY: reading an immutable handle constant.
+        let mut requests = vec![unsafe { ffi::RSMPI_REQUEST_NULL }; gathers.len()];
+        for (i, ((mine, _, out), (recv_counts, displs))) in
+            gathers.iter_mut().zip(&layouts).enumerate()
         {
-            return Err(Error::ResourceLimit(format!(
-                "gathering {total} bytes in one MPI_Allgatherv exceeds what an int count can describe"
-            )));
+            // SAFETY: buffers match the counts checked above; all ints
+            // fit; buffers, counts and displacements outlive the requests,
+            // which complete before returning (or, if starting one fails,
+            // those already started are completed first).
+            let started = check(
+                unsafe {
+                    ffi::MPI_Iallgatherv(
+                        mine.as_ptr() as *const c_void,
+                        mine.len() as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        out.as_mut_ptr() as *mut c_void,
+                        recv_counts.as_ptr(),
+                        displs.as_ptr(),
+                        ffi::RSMPI_UINT8_T,
+                        self.raw,
+                        &mut requests[i],
+                    )
+                },
+                "MPI_Iallgatherv",
+            );
+            if let Err(e) = started {
+                wait_all_politely(&mut requests[..i], "MPI_Iallgatherv")?;
+                return Err(e);
+            }
         }
-        let recv_counts: Vec<c_int> = counts.iter().map(|&c| c as c_int).collect();
-        let mut displs = Vec::with_capacity(counts.len());
-        let mut at = 0 as c_int;
-        for &c in &recv_counts {
-            displs.push(at);
-            at += c;
-        }
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: buffers match the counts checked above; all ints fit;
-        // buffers, counts and displacements outlive the request, completed
-        // before returning.
-        check(
-            unsafe {
-                ffi::MPI_Iallgatherv(
-                    mine.as_ptr() as *const c_void,
-                    mine.len() as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    out.as_mut_ptr() as *mut c_void,
-                    recv_counts.as_ptr(),
-                    displs.as_ptr(),
-                    ffi::RSMPI_UINT8_T,
-                    self.raw,
-                    &mut request,
-                )
-            },
-            "MPI_Iallgatherv",
-        )?;
-        wait_politely(&mut request, "MPI_Iallgatherv")
+        wait_all_politely(&mut requests, "MPI_Iallgatherv")
     }
 }
 
@@ -410,6 +462,11 @@ impl Comm {
 /// them in proportion, so they neither cost much CPU nor delay the end by
 /// more than a few percent.
 fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
+    wait_all_politely(std::slice::from_mut(request), call)
+}
+
+/// [`wait_politely`] for several requests, done when all are.
+fn wait_all_politely(requests: &mut [ffi::MPI_Request], call: &'static str) -> Result<()> {
     use std::time::{Duration, Instant};
     const FIRST_PAUSE: Duration = Duration::from_micros(20);
     const SHORT_PAUSE: Duration = Duration::from_micros(100);
@@ -418,10 +475,17 @@ fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<(
     let mut pause = FIRST_PAUSE;
     loop {
         let mut done: c_int = 0;
-        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: a request we started; status is a valid out location.
+        // SAFETY: requests we started (or null ones); MPI_STATUSES_IGNORE
+        // is a valid statuses argument.
         check(
-            unsafe { ffi::MPI_Test(request, &mut done, status.as_mut_ptr()) },
+            unsafe {
+                ffi::MPI_Testall(
+                    requests.len() as c_int,
+                    requests.as_mut_ptr(),
+                    &mut done,
+                    ffi::RSMPI_STATUSES_IGNORE,
+                )
+            },
             call,
         )?;
         if done != 0 {
@@ -435,7 +499,7 @@ fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<(
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        if super::is_initialized() {
+        if self.owned && super::is_initialized() {
             // SAFETY: we own this communicator and free it once. A failure
             // here cannot be reported from drop and leaks only the handle.
             unsafe { ffi::MPI_Comm_free(&mut self.raw) };
