@@ -183,13 +183,15 @@ fn master_scan<'f>(
 ) -> Result<MasterScan<'f>> {
     let opened = file.and_then(|f| local(|| open_tree(masters, f, subdb)));
     // Master 0's page list, or nothing if it has none to share: an empty
-    // tree still encodes its two counts.
+    // tree still encodes its branch count. The calls among the masters
+    // report failures rather than return early, so no master is left in
+    // the next one alone.
     let mut bytes = match &opened {
         Ok((_, _, Some(pages), _)) => encode_pages(pages),
         _ => Vec::new(),
     };
-    masters.bcast_bytes(0, &mut bytes)?;
-    let parsed = opened.and_then(|(db, tree, _, granule)| {
+    let shared = masters.bcast_bytes(0, &mut bytes);
+    let parsed = shared.and(opened).and_then(|(db, tree, _, granule)| {
         if bytes.is_empty() {
             return Ok(None);
         }
@@ -199,10 +201,11 @@ fn master_scan<'f>(
         Ok(Some(state)) => PartSizes::of(state).words(),
         _ => PartSizes::default().words(),
     };
-    let all = masters.allgather_i64(&mine)?;
+    let all = masters.allgather_i64(&mine);
     let Some(state) = parsed? else {
         return Ok(None);
     };
+    let all = all?;
     let parts: Vec<PartSizes> = all.chunks(PartSizes::WORDS).map(PartSizes::from).collect();
     if parts.iter().any(|p| !p.parsed) {
         return Ok(None);
@@ -213,7 +216,8 @@ fn master_scan<'f>(
     let highest = parts.iter().map(|p| p.txnid).max().unwrap_or(0);
     if lowest != highest || parts.iter().any(|p| p.page_size != parts[0].page_size) {
         return Err(Error::InvalidArgument(format!(
-            "the database changed while it was opened (its nodes read transactions {lowest} to {highest}); open it again"
+            "{}: the database changed while it was opened (its nodes read transactions {lowest} to {highest}); open it again",
+            state.db.source().path().display()
         )));
     }
     let counts: Vec<(u64, u64)> = parts.iter().map(|p| (p.entries, p.key_bytes)).collect();
