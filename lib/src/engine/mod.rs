@@ -649,9 +649,9 @@ impl Engine {
     /// readers, the index in the node's memory, and the starting point. On
     /// failure the window is back in `topology`.
     ///
-    /// Three agreements over the world with independent reads (the file
-    /// and the tree scanned, the index published with the starting point,
-    /// and the window when it has to be made), where there were eight:
+    /// Two agreements over the world with independent reads (the file and
+    /// the tree scanned; the index published with the starting point), and
+    /// a third when the window has to be made, where there were seven:
     /// each one before the first value is read cost 1-2 ms at eight ranks
     /// on two cores (docs/PERFORMANCE.md, fourteenth round).
     fn open_with(
