@@ -9,8 +9,9 @@
 //! only until the runs of its next step are in.
 //!
 //! A progress word holds the round's tag (high 32 bits), whether the read
-//! failed (bit 31), and how many of the reader's runs, in its read order,
-//! are complete (low 31 bits). It only grows while a round is read
+//! failed (bit 31), the tag's low byte again (bits 23-30), and how many of
+//! the reader's runs, in its read order, are complete (low 23 bits). It
+//! only grows while a round is read
 //! (`fetch_max`): a newer round's tag is larger, and a failure keeps the
 //! count reached before it, so every rank reaches the same verdict on a
 //! step: ready if the count reached what the step needs, failed if the read
@@ -23,10 +24,22 @@ use std::time::Duration;
 use crate::plan::ReadPlan;
 
 const FAILED: u64 = 1 << 31;
-const COUNT: u64 = FAILED - 1;
+/// Where the tag's low byte sits in the low half.
+const TAG_BYTE: u32 = 23;
+const COUNT: u64 = (1 << TAG_BYTE) - 1;
 
+/// The tag's low byte is in the low half too, the half a waiting rank
+/// sleeps on (a futex is 32 bits), so that every publication changes that
+/// half: a new round's, whose count may equal the one the rank saw in the
+/// round before, included. A publication that left the half as it was
+/// between a rank's check and its sleep would go unnoticed until the next
+/// one; with the tag there, none does, and waiting ranks no longer wake
+/// on a 2 ms timer to cover it (docs/PERFORMANCE.md, fourteenth round).
 fn word(tag: u32, failed: bool, count: usize) -> u64 {
-    (u64::from(tag) << 32) | if failed { FAILED } else { 0 } | (count as u64).min(COUNT)
+    (u64::from(tag) << 32)
+        | if failed { FAILED } else { 0 }
+        | (u64::from(tag) & 0xff) << TAG_BYTE
+        | (count as u64).min(COUNT)
 }
 
 /// How a round's runs are read and what each step waits for.
@@ -188,9 +201,9 @@ pub(super) fn step_is_in(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> boo
 /// Waits until reader `g`'s word shows `needs[g]` runs of round `tag`
 /// complete, for every reader, or one of them failed first. Sleeps on the
 /// word (a futex: readers wake its waiters whenever they publish), so a
-/// waiting rank takes no CPU and wakes as soon as its step is in; a
-/// bounded sleep covers the rare publication that slips between the check
-/// and the sleep without changing the word's low half.
+/// waiting rank takes no CPU and wakes as soon as its step is in. Every
+/// publication changes the half slept on (see `word`); the sleep is still
+/// bounded, as a safety net, not a schedule.
 pub(super) fn wait_for_step(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> StepReads {
     let mut reader = 0;
     while reader < words.len() {
@@ -202,7 +215,7 @@ pub(super) fn wait_for_step(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> 
         if w >> 32 == u64::from(tag) && w & FAILED != 0 {
             return StepReads::Failed { reader };
         }
-        futex::wait(words[reader], w as u32, Duration::from_millis(2));
+        futex::wait(words[reader], w as u32, Duration::from_millis(50));
     }
     StepReads::Ready
 }
@@ -383,6 +396,30 @@ mod tests {
         );
         // The next round's first word replaces it.
         at(1, 8).complete(0);
-        assert_eq!(words[1].load(Ordering::Relaxed), 8 << 32);
+        assert_eq!(words[1].load(Ordering::Relaxed), word(8, false, 0));
+    }
+
+    #[test]
+    fn every_publication_changes_the_half_a_waiting_rank_sleeps_on() {
+        let low = |w: u64| w as u32;
+        for tag in [1u32, 7, 255, 256, 70_000] {
+            for count in [0usize, 1, 9, COUNT as usize] {
+                let seen = word(tag, false, count);
+                assert_ne!(low(seen), low(word(tag + 1, false, count)));
+                assert_ne!(low(seen), low(word(tag, true, count)));
+                if count < COUNT as usize {
+                    assert_ne!(low(seen), low(word(tag, false, count + 1)));
+                }
+            }
+        }
+        // The case that needed a timer: a rank checks round 6's word, the
+        // next round publishes the same count, then the rank sleeps.
+        let w = AtomicU64::new(word(6, false, 2));
+        let seen = w.load(Ordering::Acquire);
+        // SAFETY: used within this test, while w lives.
+        unsafe { Progress::new(&w, 7) }.complete(2);
+        let start = std::time::Instant::now();
+        futex::wait(&w, seen as u32, Duration::from_secs(5));
+        assert!(start.elapsed() < Duration::from_secs(1));
     }
 }
