@@ -606,6 +606,28 @@ fn shuffled_epochs_are_permutations_of_the_database() {
     assert_ne!(epoch0, &sorted[..], "epoch 0 is in key order: not shuffled");
 }
 
+/// The glog fatal entry in `line` (`F` and the date, `F1124 08:01:56...`),
+/// from its start to the end of the line. Two ranks write to one pipe, so
+/// an entry may start in the middle of another rank's line.
+fn glog_fatal(line: &str) -> Option<&str> {
+    line.match_indices('F')
+        .map(|(at, _)| &line[at..])
+        .find(|rest| {
+            let b = rest.as_bytes();
+            b.len() > 6 && b[1..5].iter().all(u8::is_ascii_digit) && b[5] == b' '
+        })
+}
+
+#[test]
+fn a_fatal_entry_is_found_inside_another_ranks_line() {
+    let line = "I1124 08:02:04.397213 28064 net.cpp:202] data doesF1124 08:02:04.395923 28076 lmdbio_data_layer.cpp:285] LMDBIOData: bad";
+    assert_eq!(
+        glog_fatal(line),
+        Some("F1124 08:02:04.395923 28076 lmdbio_data_layer.cpp:285] LMDBIOData: bad")
+    );
+    assert_eq!(glog_fatal("I1124 08:02:04 Found nothing Fatal here"), None);
+}
+
 #[test]
 fn damaged_databases_end_the_run_with_a_message() {
     let Some(plugin) = plugin() else { return };
@@ -665,7 +687,7 @@ fn damaged_databases_end_the_run_with_a_message() {
         assert!(!out.status.success(), "{what} succeeded:\n{log}");
         let fatal = log
             .lines()
-            .find(|l| l.starts_with('F') && l.contains(expect))
+            .find_map(|l| glog_fatal(l).filter(|f| f.contains(expect)))
             .unwrap_or_else(|| panic!("{what}: no fatal log line with {expect:?}:\n{log}"));
         eprintln!("{what}: {fatal}");
         assert!(
