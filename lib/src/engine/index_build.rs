@@ -135,12 +135,16 @@ impl PartSizes {
 
     fn of(state: &MasterState) -> PartSizes {
         let entries = &state.part.entries;
+        // One pass over the part: it may hold millions of entries.
+        let (value_bytes, largest_span) = entries.iter().fold((0, 0), |(bytes, largest), e| {
+            (bytes + u64::from(e.value_len), largest.max(e.span().1))
+        });
         PartSizes {
             parsed: true,
             entries: entries.len() as u64,
             key_bytes: state.part.keys.len() as u64,
-            value_bytes: entries.iter().map(|e| u64::from(e.value_len)).sum(),
-            largest_span: entries.iter().map(|e| e.span().1).max().unwrap_or(0),
+            value_bytes,
+            largest_span,
             granule: state.granule,
             page_size: u64::from(state.db.page_size()),
             txnid: state.db.meta().mm_txnid,

@@ -550,12 +550,16 @@ impl Drop for Engine {
         if self.parts.is_none() {
             return;
         }
-        if crate::mpi_raw::is_initialized() {
-            // A rank that failed a step may be waiting for this one at a
-            // world agreement: this rank learns nothing it could still act
-            // on, but must not leave it waiting.
-            let _ = self.settle_agreement();
+        if !crate::mpi_raw::is_initialized() {
+            // MPI is gone (the engine outlived MPI_Finalize): no MPI call
+            // may be made, and the handles died with it.
+            std::mem::forget(self.parts.take());
+            return;
         }
+        // A rank that failed a step may be waiting for this one at a world
+        // agreement: this rank learns nothing it could still act on, but
+        // must not leave it waiting.
+        let _ = self.settle_agreement();
         let Some(NodeParts {
             mut topology,
             memory,
@@ -564,13 +568,6 @@ impl Drop for Engine {
             return;
         };
         let window = memory.into_window();
-        if !crate::mpi_raw::is_initialized() {
-            // MPI is gone (the engine outlived MPI_Finalize): no MPI call
-            // may be made, and the handles died with it.
-            std::mem::forget(window);
-            std::mem::forget(topology);
-            return;
-        }
         // The node's ranks may still be reading their last batch: the
         // window is kept (memory and all, see topology) once all of them
         // are done with it, so that `release_memory` may free it at any
