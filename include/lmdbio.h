@@ -141,7 +141,9 @@ int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
  * (through the cache where the kernel cannot say, before Linux 6.5);
  * ALWAYS: every round, and lmdbio_open fails where the file system cannot.
  * Direct reads spare the reader's CPU; whether they are faster depends on
- * the storage (docs/PERFORMANCE.md). */
+ * the storage, and on the window's memory: lmdbio_prepare with direct reads
+ * wanted asks for it in 2 MiB pages, so that a read reaches the device as
+ * one large request (docs/PERFORMANCE.md). */
 #define LMDBIO_DIRECT_IO_NEVER 0
 #define LMDBIO_DIRECT_IO_AUTO 1
 #define LMDBIO_DIRECT_IO_ALWAYS 2
@@ -186,7 +188,8 @@ int lmdbio_options_set_hint(lmdbio_options *options, const char *key, const char
  * readers' and masters' communicators and the node's shared window (which
  * lmdbio_open makes on first use otherwise), and maps the window's memory
  * (its first window_bytes) on every rank, so the first open neither makes
- * nor page-faults anything. Each is a blocking collective MPI call, costly
+ * nor page-faults anything; in 2 MiB pages where the options want direct
+ * reads and the system allows them. Each is a blocking collective MPI call, costly
  * where ranks outnumber cores. They are kept between engines, the window
  * with its memory, and freed when MPI_Finalize starts. options may be
  * NULL for defaults. */

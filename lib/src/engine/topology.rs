@@ -174,14 +174,18 @@ pub fn give_back(topology: NodeTopology) {
 /// take at open, and maps the window's first `window_bytes` on every rank
 /// of each node (the values' area of an open with a small index; the rest
 /// is mapped as it is first used), so the first open neither makes nor
-/// faults anything. Calling it again after [`release_memory`] maps the
-/// memory again. Collective over `comm`.
+/// faults anything. Where `options` want direct reads (`direct_io` other
+/// than never), the window is asked for 2 MiB pages first, which direct
+/// reads need to reach the device in large requests. Calling it again
+/// after [`release_memory`] maps the memory again. Collective over `comm`.
 pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
     let caller = Comm::caller(comm)?;
     let (mut topology, _) = take(&caller, options, super::check_options(options))?;
     let made = topology.ensure_window(options.window_bytes.saturating_add(INDEX_ALLOWANCE));
     if let (Ok(_), Some(window)) = (&made, &topology.window) {
-        window.populate(options.window_bytes);
+        // Direct reads want the window in huge pages (see populate).
+        let huge = options.direct_io != super::DirectIo::Never;
+        window.populate(options.window_bytes, huge);
     }
     give_back(topology);
     made.map(|_| ())
