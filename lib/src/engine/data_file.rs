@@ -32,21 +32,25 @@ use crate::source::{FileSource, IoSnapshot, ReadAt};
 
 /// Whether independent reads go around the kernel's page cache.
 ///
-/// Measured on the test machine (docs/PERFORMANCE.md), direct reads cost a
-/// fifth of the system CPU but delivered less than reads through the cache
-/// with the kernel's readahead at one rank per node (0.8–0.9×), and about
-/// the same at two; so the default stays with the cache, and the others
-/// are there for nodes where CPU, not storage, is short, and for datasets
-/// far larger than memory.
+/// Measured on the test machine (docs/PERFORMANCE.md, fourth and fifteenth
+/// rounds): a direct read spares the kernel's copy into the window, and
+/// with the window in huge pages it delivered 1.1-1.3 of the storage limit
+/// at one rank per node where reads through the cache delivered 0.85-1.0;
+/// into 4 KiB pages it ran at a third of the cache's speed or less (the
+/// device got four small requests for each read). So the default is
+/// `Auto`, which reads directly only into a window in huge pages (as
+/// [`crate::engine::prepare`] maps it for one-rank nodes where the system
+/// gives huge pages) and only what the cache does not hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectIo {
     /// Always read through the page cache.
-    #[default]
     Never,
-    /// Read a round directly when the file system supports it and the page
-    /// cache holds less than half of the round's bytes; through the cache
-    /// otherwise (a file read recently, or a kernel that cannot say what
+    /// Read a round directly when the file system supports it, the engine's
+    /// window is in huge pages, and the page cache holds less than half of
+    /// the round's bytes; through the cache otherwise (a file read
+    /// recently, a window in small pages, or a kernel that cannot say what
     /// it holds: `cachestat` is Linux 6.5+).
+    #[default]
     Auto,
     /// Read every round directly; opening fails where the file system
     /// does not support it.
@@ -81,6 +85,9 @@ pub(crate) struct OwnFile {
     /// Set after a direct read was refused (`EINVAL`) although the file
     /// system claimed support: the rest is read through the cache.
     direct_refused: AtomicBool,
+    /// Cleared where `auto` must not read directly: the engine's window is
+    /// not in huge pages (see [`OwnFile::allow_auto_direct`]).
+    auto_direct: AtomicBool,
     /// Which way the descriptor reads, and the reads relying on it.
     descriptor: DescriptorMode,
 }
@@ -164,6 +171,7 @@ impl DataFile {
             mode: options.direct_io,
             direct,
             direct_refused: AtomicBool::new(false),
+            auto_direct: AtomicBool::new(true),
             descriptor: DescriptorMode::default(),
         }))
     }
@@ -172,6 +180,13 @@ impl DataFile {
         match self {
             DataFile::Own(f) => f.source.path(),
             DataFile::Shared(f) => f.path(),
+        }
+    }
+
+    /// See [`OwnFile::allow_auto_direct`]; collective reads have no say.
+    pub(crate) fn allow_auto_direct(&self, allow: bool) {
+        if let DataFile::Own(f) = self {
+            f.allow_auto_direct(allow);
         }
     }
 
@@ -313,12 +328,27 @@ impl OwnFile {
         })
     }
 
+    /// Lets `auto` read directly, or not. The engine allows it only where
+    /// its window is in huge pages: a direct read reaches the device in one
+    /// scatter-gather segment per physically contiguous piece of the
+    /// destination, so into scattered 4 KiB pages a 4 MiB read left as four
+    /// 1 MiB requests (the virtual disk here takes 254 segments each) and
+    /// ran at a third of the page cache's speed, and into 2 MiB pages at
+    /// more than it (docs/PERFORMANCE.md, fifteenth round). `always` reads
+    /// directly regardless.
+    pub(crate) fn allow_auto_direct(&self, allow: bool) {
+        self.auto_direct.store(allow, Ordering::Relaxed);
+    }
+
     /// Whether to read `runs` into `dest` around the page cache.
     fn wants_direct(&self, runs: &[ReadRun], dest: WindowRange) -> Result<bool> {
         let Some(align) = self.direct else {
             return Ok(false);
         };
         if self.direct_refused.load(Ordering::Relaxed) || runs.is_empty() {
+            return Ok(false);
+        }
+        if self.mode == DirectIo::Auto && !self.auto_direct.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let aligned = dest.ptr as u64 % align.memory == 0
@@ -627,6 +657,7 @@ mod tests {
             mode,
             direct,
             direct_refused: AtomicBool::new(false),
+            auto_direct: AtomicBool::new(true),
             descriptor: DescriptorMode::default(),
         }
     }

@@ -157,7 +157,7 @@ impl Default for EngineOptions {
             stagger: None,
             collective: false,
             read_streams: None,
-            direct_io: DirectIo::Never,
+            direct_io: DirectIo::Auto,
             hints: Vec::new(),
             overlap: true,
             step_limit: None,
@@ -683,6 +683,11 @@ impl Engine {
         // The window is large enough (ensured above), so this cannot fail
         // on one rank only.
         let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len)?;
+        if let (Some(file), DirectIo::Auto) = (file.as_deref(), options.direct_io) {
+            // Direct reads pay only into huge pages (see allow_auto_direct).
+            let huge = crate::mpi_raw::in_huge_pages(memory.data_ptr(), memory.data_len());
+            file.allow_auto_direct(huge);
+        }
         if topology.node.rank() == 0 {
             // Published with the index below, before any rank waits on them.
             memory.reset_progress();

@@ -226,6 +226,44 @@ unsafe fn advise_huge_pages(at: *mut u8, bytes: usize) {
     }
 }
 
+/// Whether most of what is resident of `[addr, addr + len)` is in huge
+/// pages, by `/proc/self/smaps` (`AnonHugePages`, `ShmemPmdMapped` and
+/// `FilePmdMapped` against `Rss` of every mapping the range touches:
+/// advice splits a mapping where it starts and ends). False where smaps
+/// cannot be read or nothing is resident yet.
+pub fn in_huge_pages(addr: *const u8, len: usize) -> bool {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return false;
+    };
+    let range = addr as usize..(addr as usize).saturating_add(len.max(1));
+    let (mut inside, mut rss, mut huge) = (false, 0u64, 0u64);
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = head.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = lo < range.end && range.start < hi;
+                continue;
+            }
+        }
+        let Some((field, value)) = line.split_once(':').filter(|_| inside) else {
+            continue;
+        };
+        let kib: u64 = value
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        match field {
+            "Rss" => rss += kib,
+            "AnonHugePages" | "ShmemPmdMapped" | "FilePmdMapped" => huge += kib,
+            _ => {}
+        }
+    }
+    rss > 0 && huge * 2 >= rss
+}
+
 /// Maps `[at, at + bytes)` into this process now: one
 /// `MADV_POPULATE_WRITE`, or where the kernel lacks it, a touch of every
 /// 4 KiB. `write`: the fallback writes a zero byte per page, so private
@@ -323,27 +361,6 @@ mod tests {
         }
     }
 
-    /// Kernel's `AnonHugePages` of the mapping that holds `at`, in KiB.
-    fn huge_kib(at: *mut u8) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let head = line.split_whitespace().next().unwrap_or("");
-            if let Some((lo, hi)) = head.split_once('-') {
-                if let (Ok(lo), Ok(hi)) =
-                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-                {
-                    inside = (lo..hi).contains(&(at as usize));
-                    continue;
-                }
-            }
-            if let Some(kib) = line.strip_prefix("AnonHugePages:").filter(|_| inside) {
-                return kib.trim().trim_end_matches("kB").trim().parse().unwrap();
-            }
-        }
-        panic!("no mapping holds {at:?}");
-    }
-
     #[test]
     fn advised_private_memory_is_mapped_in_huge_pages_and_unadvised_is_not() {
         let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -363,15 +380,17 @@ mod tests {
             map_now(advised.0, advised.1, true);
         }
         assert!(
-            huge_kib(advised.0) >= 2048,
-            "advised: {} KiB in huge pages",
-            huge_kib(advised.0)
+            in_huge_pages(advised.0, advised.1),
+            "advised memory is not in huge pages"
         );
         if mode.contains("[madvise]") {
             let plain = Mapping::new(2048, false);
             // SAFETY: as above.
             unsafe { map_now(plain.0, plain.1, true) };
-            assert_eq!(huge_kib(plain.0), 0, "not advised, in madvise mode");
+            assert!(
+                !in_huge_pages(plain.0, plain.1),
+                "not advised, in madvise mode"
+            );
         }
     }
 

@@ -130,11 +130,11 @@ pub struct Args {
     /// per machine, shared among the readers on it (at least one each).
     #[arg(long, value_name = "N")]
     read_streams: Option<usize>,
-    /// Independent reads around the page cache (direct I/O): `never` (the
-    /// default) reads through the cache; `auto` reads a round directly when
-    /// the file system supports it and the cache holds less than half of
-    /// it; `always` requires it.
-    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Never)]
+    /// Independent reads around the page cache (direct I/O): `never` reads
+    /// through the cache; `auto` (the default) reads a round directly when
+    /// the file system supports it, the window is in huge pages and the
+    /// cache holds less than half of the round; `always` requires it.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Auto)]
     direct_io: DirectIoArg,
     /// Read each round synchronously instead of while the ranks work on the
     /// previous one.
