@@ -137,8 +137,8 @@ int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
 /* Independent reads around the kernel's page cache (direct I/O, straight
  * into the shared window). LMDBIO_DIRECT_IO_NEVER: always through the page
  * cache; AUTO (default): a round is read directly when the file system
- * supports it, the node's window is in huge pages and the page cache holds
- * less than half of the round (through the cache where the kernel cannot
+ * supports it, lmdbio_prepare mapped the node's window in huge pages, and
+ * the page cache holds less than half of the round (through the cache where the kernel cannot
  * say, before Linux 6.5);
  * ALWAYS: every round, and lmdbio_open fails where the file system cannot.
  * Direct reads spare the reader's CPU; whether they are faster depends on

@@ -46,7 +46,8 @@ pub enum DirectIo {
     /// Always read through the page cache.
     Never,
     /// Read a round directly when the file system supports it, the engine's
-    /// window is in huge pages, and the page cache holds less than half of
+    /// window is in huge pages (as [`crate::engine::prepare`] found it),
+    /// and the page cache holds less than half of
     /// the round's bytes; through the cache otherwise (a file read
     /// recently, a window in small pages, or a kernel that cannot say what
     /// it holds: `cachestat` is Linux 6.5+).

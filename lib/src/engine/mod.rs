@@ -684,9 +684,9 @@ impl Engine {
         // on one rank only.
         let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len)?;
         if let (Some(file), DirectIo::Auto) = (file.as_deref(), options.direct_io) {
-            // Direct reads pay only into huge pages (see allow_auto_direct).
-            let huge = crate::mpi_raw::in_huge_pages(memory.data_ptr(), memory.data_len());
-            file.allow_auto_direct(huge);
+            // Direct reads pay only into huge pages (see allow_auto_direct),
+            // which prepare asks for and checks.
+            file.allow_auto_direct(memory.in_huge_pages());
         }
         if topology.node.rank() == 0 {
             // Published with the index below, before any rank waits on them.

@@ -168,6 +168,11 @@ impl NodeMemory {
 
     /// Start of the value area, for readers that write a range of it they
     /// alone own until the round is published.
+    /// See [`SharedWindow::in_huge_pages`].
+    pub fn in_huge_pages(&self) -> bool {
+        self.window.in_huge_pages()
+    }
+
     pub fn data_ptr(&self) -> *mut u8 {
         self.window.as_ptr().wrapping_add(self.data_offset) as *mut u8
     }

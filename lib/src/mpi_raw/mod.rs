@@ -12,7 +12,7 @@ mod window;
 
 pub use comm::{Comm, ReduceOp, ThreadLevel};
 pub use file::{MpiFile, MpiFileSource};
-pub use window::{in_huge_pages, SharedWindow};
+pub use window::SharedWindow;
 
 use std::ffi::{c_char, c_int};
 

@@ -2,6 +2,7 @@
 //! node's first rank and mapped by every rank of the node.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use mpi::ffi;
 
@@ -17,6 +18,9 @@ pub struct SharedWindow {
     len: usize,
     /// This rank allocated the segment (rank 0 of the node).
     owner: bool,
+    /// Most of what [`SharedWindow::populate`] mapped here last, asked for
+    /// in huge pages, is in them (false again once the pages are released).
+    huge: AtomicBool,
 }
 
 // SAFETY: the window handle and the mapping are process-wide; access to the
@@ -53,6 +57,7 @@ impl SharedWindow {
             base: std::ptr::null_mut(),
             len,
             owner: node.rank() == 0,
+            huge: AtomicBool::new(false),
         };
         // SAFETY: win is the window just created.
         check(
@@ -128,6 +133,12 @@ impl SharedWindow {
         // SAFETY: valid window inside the lock_all epoch.
         check(unsafe { ffi::MPI_Win_sync(self.win) }, "MPI_Win_sync")
     }
+
+    /// Whether the last [`SharedWindow::populate`] asked for huge pages and
+    /// got them for most of what it mapped on this rank.
+    pub fn in_huge_pages(&self) -> bool {
+        self.huge.load(Ordering::Relaxed)
+    }
 }
 
 impl SharedWindow {
@@ -166,6 +177,13 @@ impl SharedWindow {
             // (the caller's contract), so the fallback's one byte per page
             // may change.
             unsafe { map_now(at as *mut u8, bytes, self.owner) };
+            // Looked at here, where it costs nothing timed: reading smaps
+            // walks every mapping of the process (milliseconds in an MPI
+            // process), which an open would pay before its first read.
+            self.huge.store(
+                huge && in_huge_pages(at as *const u8, bytes),
+                Ordering::Relaxed,
+            );
         }
     }
 
@@ -177,6 +195,7 @@ impl SharedWindow {
     /// Call only when no rank of the node will read the bytes again
     /// before rewriting them (no engine uses the window).
     pub fn release_pages(&self) {
+        self.huge.store(false, Ordering::Relaxed);
         if !self.owner {
             return;
         }
@@ -231,7 +250,7 @@ unsafe fn advise_huge_pages(at: *mut u8, bytes: usize) {
 /// `FilePmdMapped` against `Rss` of every mapping the range touches:
 /// advice splits a mapping where it starts and ends). False where smaps
 /// cannot be read or nothing is resident yet.
-pub fn in_huge_pages(addr: *const u8, len: usize) -> bool {
+fn in_huge_pages(addr: *const u8, len: usize) -> bool {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return false;
     };
