@@ -47,10 +47,10 @@ pub enum DirectIo {
     Never,
     /// Read a round directly when the file system supports it, the engine's
     /// window is in huge pages (as [`crate::engine::prepare`] found it),
-    /// and the page cache holds less than half of
-    /// the round's bytes; through the cache otherwise (a file read
-    /// recently, a window in small pages, or a kernel that cannot say what
-    /// it holds: `cachestat` is Linux 6.5+).
+    /// and the page cache holds less than half of the round's bytes;
+    /// through the cache otherwise (a file read recently, a window in small
+    /// pages, or a kernel that cannot say what it holds: `cachestat` is
+    /// Linux 6.5+).
     #[default]
     Auto,
     /// Read every round directly; opening fails where the file system

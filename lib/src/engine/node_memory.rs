@@ -166,13 +166,13 @@ impl NodeMemory {
         self.data_len
     }
 
-    /// Start of the value area, for readers that write a range of it they
-    /// alone own until the round is published.
     /// See [`SharedWindow::in_huge_pages`].
     pub fn in_huge_pages(&self) -> bool {
         self.window.in_huge_pages()
     }
 
+    /// Start of the value area, for readers that write a range of it they
+    /// alone own until the round is published.
     pub fn data_ptr(&self) -> *mut u8 {
         self.window.as_ptr().wrapping_add(self.data_offset) as *mut u8
     }
