@@ -134,17 +134,18 @@ int lmdbio_options_set_collective(lmdbio_options *options, int collective);
  * reader keeps in flight. Default: two per machine, shared among the
  * readers on it (at least one each). */
 int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
-/* Independent reads around the kernel's page cache (direct I/O, straight
- * into the shared window). LMDBIO_DIRECT_IO_NEVER: always through the page
- * cache; AUTO (default): a round is read directly when the file system
- * supports it, lmdbio_prepare mapped the node's window in huge pages, and
- * the page cache holds less than half of the round (through the cache where the kernel cannot
- * say, before Linux 6.5);
+/* Independent reads around the kernel's page cache (direct I/O).
+ * LMDBIO_DIRECT_IO_NEVER: always through the page cache; AUTO (default): a
+ * round is read directly when the file system supports it, the page cache
+ * holds less than half of the round (through the cache where the kernel
+ * cannot say, before Linux 6.5) and the bytes can land in huge pages;
  * ALWAYS: every round, and lmdbio_open fails where the file system cannot.
- * Direct reads spare the reader's CPU; whether they are faster depends on
- * the storage, and on the window's memory: lmdbio_prepare with direct reads
- * wanted asks for it in 2 MiB pages, so that a read reaches the device as
- * one large request (docs/PERFORMANCE.md). */
+ * A direct read lands straight in the shared window where lmdbio_prepare
+ * mapped it in 2 MiB pages (a one-rank node's window, where the system
+ * gives huge pages on request), else in a small buffer of the reader's own
+ * in 2 MiB pages (at most 16 MiB per read stream, Linux 6.1+) and is
+ * copied into the window; into 4 KiB pages a read reaches the device as
+ * several small requests (docs/PERFORMANCE.md). */
 #define LMDBIO_DIRECT_IO_NEVER 0
 #define LMDBIO_DIRECT_IO_AUTO 1
 #define LMDBIO_DIRECT_IO_ALWAYS 2

@@ -7,7 +7,8 @@
 //!
 //! 1. [`source`]: positioned reads (`pread` here, MPI-IO in the engine). No
 //!    mmap, no liblmdb, no lock file. [`page_cache`] lets the engine read
-//!    around the kernel's page cache (direct I/O) where asked to.
+//!    around the kernel's page cache (direct I/O) where asked to, into
+//!    memory in huge pages ([`huge_pages`]).
 //! 2. [`format`](mod@format): LMDB's on-disk structures (meta, branch, leaf and overflow
 //!    pages), parsed from byte buffers with every offset bounds-checked.
 //! 3. [`database`]: opens a file, picks the current meta page, selects MAIN
@@ -65,6 +66,7 @@ pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod format;
+pub mod huge_pages;
 pub mod index;
 pub mod layout;
 pub mod mpi_raw;

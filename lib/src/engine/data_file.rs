@@ -12,8 +12,10 @@
 //!   (docs/PERFORMANCE.md). For a regular file ROMIO's independent read is
 //!   itself a `pread` loop, so no file system support is lost.
 //!   Rounds the page cache does not hold are read around it (direct I/O)
-//!   where the file system allows, straight into the window; see
-//!   [`DirectIo`] and [`crate::page_cache`].
+//!   where the file system allows: straight into the window where it is in
+//!   huge pages, else into a small buffer of the reader's own in huge pages
+//!   and copied into the window; see [`DirectIo`], [`crate::page_cache`]
+//!   and [`crate::huge_pages`].
 //! * Collective reads: the readers open the file together with MPI-IO and
 //!   read with `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes
 //!   when its hints enable collective buffering.
@@ -24,6 +26,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
+use crate::huge_pages::{StagingBuffer, HUGE_PAGE};
 use crate::index::{consecutive_runs, TreePages};
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
 use crate::page_cache::DirectAlignment;
@@ -32,25 +35,27 @@ use crate::source::{FileSource, IoSnapshot, ReadAt};
 
 /// Whether independent reads go around the kernel's page cache.
 ///
-/// Measured on the test machine (docs/PERFORMANCE.md, fourth and fifteenth
-/// rounds): a direct read spares the kernel's copy into the window, and
-/// with the window in huge pages it delivered 1.1-1.3 of the storage limit
-/// at one rank per node where reads through the cache delivered 0.85-1.0;
-/// into 4 KiB pages it ran at a third of the cache's speed or less (the
-/// device got four small requests for each read). So the default is
-/// `Auto`, which reads directly only into a window in huge pages (as
-/// [`crate::engine::prepare`] maps it for one-rank nodes where the system
-/// gives huge pages) and only what the cache does not hold.
+/// Measured on the test machine (docs/PERFORMANCE.md, fourth, fifteenth
+/// and sixteenth rounds): a direct read spares the kernel's copy into the
+/// window, and with the window in huge pages it delivered 1.1-1.3 of the
+/// storage limit at one rank per node where reads through the cache
+/// delivered 0.85-1.0; into 4 KiB pages it ran at a third of the cache's
+/// speed or less (the device got four small requests for each read). A
+/// window in small pages (shared by several ranks, where shared memory
+/// gets no huge pages) is filled through a staging buffer in huge pages
+/// instead, one copy as through the cache but without the cache's work.
+/// So the default is `Auto`, which reads directly only what the cache
+/// does not hold, and only into huge pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectIo {
     /// Always read through the page cache.
     Never,
-    /// Read a round directly when the file system supports it, the engine's
-    /// window is in huge pages (as [`crate::engine::prepare`] found it),
-    /// and the page cache holds less than half of the round's bytes;
-    /// through the cache otherwise (a file read recently, a window in small
-    /// pages, or a kernel that cannot say what it holds: `cachestat` is
-    /// Linux 6.5+).
+    /// Read a round directly when the file system supports it, the page
+    /// cache holds less than half of the round's bytes, and the bytes can
+    /// land in huge pages (the window, as [`crate::engine::prepare`] found
+    /// it, or a staging buffer); through the cache otherwise (a file read
+    /// recently, a kernel that cannot say what it holds: `cachestat` is
+    /// Linux 6.5+, or one that gives no huge pages).
     #[default]
     Auto,
     /// Read every round directly; opening fails where the file system
@@ -67,6 +72,8 @@ pub(crate) struct RunsRead {
     pub requests: u64,
     /// Of those, read around the page cache.
     pub direct_requests: u64,
+    /// Of the direct ones, read into a staging buffer and copied.
+    pub staged_requests: u64,
 }
 
 pub(crate) enum DataFile {
@@ -86,11 +93,88 @@ pub(crate) struct OwnFile {
     /// Set after a direct read was refused (`EINVAL`) although the file
     /// system claimed support: the rest is read through the cache.
     direct_refused: AtomicBool,
-    /// Cleared where `auto` must not read directly: the engine's window is
-    /// not in huge pages (see [`OwnFile::allow_auto_direct`]).
-    auto_direct: AtomicBool,
+    /// Whether the engine's window is in huge pages (see
+    /// [`OwnFile::set_window_in_huge_pages`]).
+    window_huge: AtomicBool,
+    /// Buffers in huge pages for direct reads into a window that is not.
+    staging: Staging,
     /// Which way the descriptor reads, and the reads relying on it.
     descriptor: DescriptorMode,
+}
+
+/// Where a round's runs are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Cache,
+    /// Around the cache straight into the window.
+    Direct,
+    /// Around the cache into staging buffers, copied into the window.
+    Staged,
+}
+
+/// A reader's staging buffers, kept between rounds. Each stream of a
+/// staged read holds one; a run longer than a buffer is read in pieces.
+struct Staging {
+    idle: Mutex<Vec<StagingBuffer>>,
+    /// Set once the system refused huge pages: not asked again.
+    refused: AtomicBool,
+    /// The largest buffer made: runs are about the coalescing target
+    /// (4 MiB by default), so this only bounds the memory a round of huge
+    /// runs would take.
+    max_len: usize,
+}
+
+impl Staging {
+    const MAX_LEN: usize = 16 << 20;
+
+    fn new(max_len: usize) -> Staging {
+        Staging {
+            idle: Mutex::new(Vec::new()),
+            refused: AtomicBool::new(false),
+            max_len: max_len.max(HUGE_PAGE),
+        }
+    }
+
+    /// The buffer length for `runs`: the longest, in whole huge pages, at
+    /// most `max_len`.
+    fn len_for(&self, runs: &[ReadRun]) -> usize {
+        let longest = runs.iter().map(|r| r.len).max().unwrap_or(0);
+        (longest.min(self.max_len as u64) as usize)
+            .div_ceil(HUGE_PAGE)
+            .max(1)
+            * HUGE_PAGE
+    }
+
+    /// `n` buffers of at least `len` bytes, made where there are too few;
+    /// `None` (the idle ones kept) once the system refuses huge pages.
+    fn take(&self, n: usize, len: usize) -> Option<Vec<StagingBuffer>> {
+        if self.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.retain(|b| b.len() >= len);
+        let reused = n.min(idle.len());
+        let mut taken: Vec<StagingBuffer> = idle.drain(..reused).collect();
+        drop(idle);
+        while taken.len() < n {
+            match StagingBuffer::new(len) {
+                Some(b) => taken.push(b),
+                None => {
+                    self.refused.store(true, Ordering::Relaxed);
+                    self.give_back(taken);
+                    return None;
+                }
+            }
+        }
+        Some(taken)
+    }
+
+    fn give_back(&self, buffers: Vec<StagingBuffer>) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(buffers);
+    }
 }
 
 /// Whether the reader's descriptor reads around the page cache, shared by
@@ -172,7 +256,8 @@ impl DataFile {
             mode: options.direct_io,
             direct,
             direct_refused: AtomicBool::new(false),
-            auto_direct: AtomicBool::new(true),
+            window_huge: AtomicBool::new(false),
+            staging: Staging::new(Staging::MAX_LEN),
             descriptor: DescriptorMode::default(),
         }))
     }
@@ -184,10 +269,11 @@ impl DataFile {
         }
     }
 
-    /// See [`OwnFile::allow_auto_direct`]; collective reads have no say.
-    pub(crate) fn allow_auto_direct(&self, allow: bool) {
+    /// See [`OwnFile::set_window_in_huge_pages`]; collective reads have no
+    /// say.
+    pub(crate) fn set_window_in_huge_pages(&self, huge: bool) {
         if let DataFile::Own(f) = self {
-            f.allow_auto_direct(allow);
+            f.set_window_in_huge_pages(huge);
         }
     }
 
@@ -253,7 +339,7 @@ impl DataFile {
                 progress(runs.len());
                 Ok(RunsRead {
                     requests,
-                    direct_requests: 0,
+                    ..RunsRead::default()
                 })
             }
         }
@@ -278,22 +364,38 @@ impl OwnFile {
         progress: &RunsDone<'_>,
     ) -> Result<RunsRead> {
         let requests = runs.len() as u64;
+        let streams = streams.clamp(1, order.len().max(1));
         let mut refused = 0;
         // Runs at the head of `order` already complete (and published).
         let mut head = 0;
-        if self.wants_direct(runs, dest)? {
+        let mut route = self.route(runs, dest)?;
+        let mut landing = Landing::InPlace;
+        if route == Route::Staged {
+            match self.staging.take(streams, self.staging.len_for(runs)) {
+                Some(buffers) => landing = Landing::Staged(Mutex::new(buffers)),
+                None => route = self.without_staging(runs, dest)?,
+            }
+        }
+        if route != Route::Cache {
             let _direct = self.descriptor.enter(&self.source, true)?;
             let reached = AtomicUsize::new(0);
             let heard = |n: usize| {
                 reached.fetch_max(n, Ordering::Relaxed);
                 progress(n)
             };
-            match read_on_streams(&self.source, runs, order, dest, streams, &heard) {
+            let read = read_on_streams(&self.source, runs, order, dest, streams, &landing, &heard);
+            if let Landing::Staged(buffers) = landing {
+                self.staging
+                    .give_back(buffers.into_inner().unwrap_or_else(PoisonError::into_inner));
+            }
+            match read {
                 Ok(()) => {
+                    let staged = route == Route::Staged;
                     return Ok(RunsRead {
                         requests,
                         direct_requests: requests,
-                    })
+                        staged_requests: if staged { requests } else { 0 },
+                    });
                 }
                 Err(Error::Io { source, .. })
                     if source.raw_os_error() == Some(libc::EINVAL)
@@ -320,51 +422,48 @@ impl OwnFile {
             None => None,
         };
         let rest = &order[head..];
-        read_on_streams(&self.source, runs, rest, dest, streams, &|n| {
+        let land = Landing::InPlace;
+        read_on_streams(&self.source, runs, rest, dest, streams, &land, &|n| {
             progress(head + n)
         })?;
         Ok(RunsRead {
             requests: requests + refused,
-            direct_requests: 0,
+            ..RunsRead::default()
         })
     }
 
-    /// Lets `auto` read directly, or not. The engine allows it only where
-    /// its window is in huge pages: a direct read reaches the device in one
-    /// scatter-gather segment per physically contiguous piece of the
-    /// destination, so into scattered 4 KiB pages a 4 MiB read left as four
-    /// 1 MiB requests (the virtual disk here takes 254 segments each) and
-    /// ran at a third of the page cache's speed, and into 2 MiB pages at
-    /// more than it (docs/PERFORMANCE.md, fifteenth round). `always` reads
-    /// directly regardless.
-    pub(crate) fn allow_auto_direct(&self, allow: bool) {
-        self.auto_direct.store(allow, Ordering::Relaxed);
+    /// Tells the reader whether the engine's window is in huge pages. Only
+    /// then do direct reads land in it: a direct read reaches the device
+    /// in one scatter-gather segment per physically contiguous piece of
+    /// the destination, so into scattered 4 KiB pages a 4 MiB read left as
+    /// four 1 MiB requests (the virtual disk here takes 254 segments each)
+    /// and ran at a third of the page cache's speed, and into 2 MiB pages
+    /// at more than it (docs/PERFORMANCE.md, fifteenth round). Into a
+    /// window in small pages they go through staging buffers.
+    pub(crate) fn set_window_in_huge_pages(&self, huge: bool) {
+        self.window_huge.store(huge, Ordering::Relaxed);
     }
 
-    /// Whether to read `runs` into `dest` around the page cache.
-    fn wants_direct(&self, runs: &[ReadRun], dest: WindowRange) -> Result<bool> {
+    /// Where to read `runs` (packed into `dest`): through the cache, or
+    /// around it into the window or into staging buffers.
+    fn route(&self, runs: &[ReadRun], dest: WindowRange) -> Result<Route> {
         let Some(align) = self.direct else {
-            return Ok(false);
+            return Ok(Route::Cache);
         };
         if self.direct_refused.load(Ordering::Relaxed) || runs.is_empty() {
-            return Ok(false);
+            return Ok(Route::Cache);
         }
-        if self.mode == DirectIo::Auto && !self.auto_direct.load(Ordering::Relaxed) {
-            return Ok(false);
-        }
-        let aligned = dest.ptr as u64 % align.memory == 0
-            && runs.iter().all(|r| {
-                r.file_offset % align.offset == 0
-                    && r.len % align.offset == 0
-                    && r.buf_offset % align.memory == 0
-            });
-        match (self.mode, aligned) {
-            (DirectIo::Always, false) => Err(Error::Internal(
-                "a round planned for direct reads is not aligned for them".into(),
-            )),
-            (DirectIo::Always, true) => Ok(true),
-            (_, false) => Ok(false),
-            (_, true) => {
+        let file_aligned = runs
+            .iter()
+            .all(|r| r.file_offset % align.offset == 0 && r.len % align.offset == 0);
+        match (self.mode, file_aligned) {
+            (DirectIo::Always, false) => {
+                return Err(Error::Internal(
+                    "a round planned for direct reads is not aligned for them".into(),
+                ))
+            }
+            (_, false) => return Ok(Route::Cache),
+            (DirectIo::Auto, true) => {
                 let total: u64 = runs.iter().map(|r| r.len).sum();
                 let cached = runs.iter().try_fold(0u64, |sum, r| {
                     self.source
@@ -373,10 +472,44 @@ impl OwnFile {
                 });
                 // Without a way to tell, trust the cache: a file it holds
                 // would be read from storage again.
-                Ok(cached.is_some_and(|c| c * 2 < total))
+                if cached.is_none_or(|c| c * 2 >= total) {
+                    return Ok(Route::Cache);
+                }
             }
+            _ => {}
+        }
+        if self.window_huge.load(Ordering::Relaxed) && lands_aligned(align, runs, dest) {
+            return Ok(Route::Direct);
+        }
+        Ok(Route::Staged)
+    }
+
+    /// The route of a staged read that got no huge pages: `auto` reads
+    /// through the cache, `always` directly into the window as it is.
+    fn without_staging(&self, runs: &[ReadRun], dest: WindowRange) -> Result<Route> {
+        match self.direct {
+            Some(align) if self.mode == DirectIo::Always => {
+                if lands_aligned(align, runs, dest) {
+                    Ok(Route::Direct)
+                } else {
+                    Err(Error::Internal(
+                        "a round planned for direct reads lands unaligned, and no staging buffer was given".into(),
+                    ))
+                }
+            }
+            _ => Ok(Route::Cache),
         }
     }
+}
+
+/// Whether every run's place in `dest` meets direct reads' memory
+/// alignment.
+fn lands_aligned(align: DirectAlignment, runs: &[ReadRun], dest: WindowRange) -> bool {
+    let base = runs.first().map_or(0, |r| r.buf_offset);
+    dest.ptr as u64 % align.memory == 0
+        && runs
+            .iter()
+            .all(|r| r.buf_offset.wrapping_sub(base) % align.memory == 0)
 }
 
 /// [`ReadAt`] over either kind of data file.
@@ -493,17 +626,29 @@ impl WindowRange {
     }
 }
 
+/// Where [`read_on_streams`] reads a run.
+enum Landing {
+    /// Straight into its place in the window.
+    InPlace,
+    /// Into a staging buffer (one per stream, taken from here while the
+    /// stream runs), then copied into its place: a run longer than the
+    /// buffer in pieces of the buffer's length.
+    Staged(Mutex<Vec<StagingBuffer>>),
+}
+
 /// Reads the runs `order` names (distinct indices into `runs`, which are
 /// packed back to back into `dest` in file order) with `streams` threads,
 /// each taking the next run of `order` as it finishes one; one request per
-/// run. Taking runs in order keeps the head of `order` complete first,
-/// which is what `progress` reports after every run.
+/// run (or per staging buffer's length). Taking runs in order keeps the
+/// head of `order` complete first, which is what `progress` reports after
+/// every run.
 fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
     order: &[usize],
     dest: WindowRange,
     streams: usize,
+    landing: &Landing,
     progress: &RunsDone<'_>,
 ) -> Result<()> {
     let total: u64 = runs.iter().map(|r| r.len).sum();
@@ -526,13 +671,26 @@ fn read_on_streams(
     let failed = AtomicBool::new(false);
     let done: Vec<AtomicBool> = order.iter().map(|_| AtomicBool::new(false)).collect();
     let complete = Mutex::new(0usize);
-    let read_one = |i: usize| -> Result<()> {
+    let read_one = |i: usize, stage: Option<&mut StagingBuffer>| -> Result<()> {
         let run = &runs[order[i]];
         let at = run
             .buf_offset
             .checked_sub(base)
             .ok_or_else(|| Error::Internal("runs out of buffer order".into()))?;
-        file.read_exact_at(dest.slice(at as usize, run.len as usize)?, run.file_offset)?;
+        let place = dest.slice(at as usize, run.len as usize)?;
+        match stage {
+            None => file.read_exact_at(place, run.file_offset)?,
+            Some(stage) => {
+                let stage = stage.as_mut_slice();
+                let mut offset = run.file_offset;
+                for piece in place.chunks_mut(stage.len()) {
+                    let staged = &mut stage[..piece.len()];
+                    file.read_exact_at(staged, offset)?;
+                    piece.copy_from_slice(staged);
+                    offset += piece.len() as u64;
+                }
+            }
+        }
         done[i].store(true, Ordering::Release);
         // One stream at a time moves the complete head, so what progress
         // hears only grows.
@@ -544,18 +702,37 @@ fn read_on_streams(
         Ok(())
     };
     let stream = || -> Result<()> {
+        let mut stage = match landing {
+            Landing::InPlace => None,
+            Landing::Staged(idle) => {
+                let taken = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                if taken.is_none() {
+                    return Err(Error::Internal(
+                        "a staged read stream without a buffer".into(),
+                    ));
+                }
+                taken
+            }
+        };
+        let mut result = Ok(());
         while !failed.load(Ordering::Relaxed) {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= order.len() {
                 break;
             }
-            if let Err(e) = read_one(i) {
+            if let Err(e) = read_one(i, stage.as_mut()) {
                 // The other streams stop at their next run.
                 failed.store(true, Ordering::Relaxed);
-                return Err(e);
+                result = Err(e);
+                break;
             }
         }
-        Ok(())
+        if let (Landing::Staged(idle), Some(stage)) = (landing, stage) {
+            idle.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(stage);
+        }
+        result
     };
     let streams = streams.clamp(1, order.len().max(1));
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
@@ -574,6 +751,8 @@ fn read_on_streams(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const IN_PLACE: Landing = Landing::InPlace;
 
     /// A scratch file of `len` bytes whose byte at offset i is `i * 7 % 251`.
     fn scratch_file(name: &str, len: usize) -> std::path::PathBuf {
@@ -625,7 +804,16 @@ mod tests {
             // call, and ends with every run.
             let heard = Mutex::new(vec![0usize]);
             let progress = |n: usize| heard.lock().unwrap().push(n);
-            read_on_streams(&file, &runs, order, dest, streams, &progress).unwrap();
+            read_on_streams(
+                &file,
+                &runs,
+                order,
+                dest,
+                streams,
+                &Landing::InPlace,
+                &progress,
+            )
+            .unwrap();
             let heard = heard.into_inner().unwrap();
             assert!(heard.windows(2).all(|w| w[0] <= w[1]), "{heard:?}");
             assert_eq!(heard.len(), runs.len() + 1);
@@ -648,7 +836,17 @@ mod tests {
         std::fs::remove_file(path).unwrap();
     }
 
+    /// A reader's file whose window is in huge pages.
     fn own(path: &std::path::Path, mode: DirectIo) -> OwnFile {
+        own_staging(path, mode, true, Staging::MAX_LEN)
+    }
+
+    fn own_staging(
+        path: &std::path::Path,
+        mode: DirectIo,
+        window_huge: bool,
+        staging_max: usize,
+    ) -> OwnFile {
         let source = FileSource::open(path).unwrap();
         let direct = (mode != DirectIo::Never)
             .then(|| source.direct_alignment())
@@ -658,7 +856,8 @@ mod tests {
             mode,
             direct,
             direct_refused: AtomicBool::new(false),
-            auto_direct: AtomicBool::new(true),
+            window_huge: AtomicBool::new(window_huge),
+            staging: Staging::new(staging_max),
             descriptor: DescriptorMode::default(),
         }
     }
@@ -807,21 +1006,77 @@ mod tests {
             0
         };
         assert_eq!(read(&auto, &mut storage).direct_requests, expect);
-        // An unaligned destination: auto falls back, always refuses.
-        let buf = &mut storage[skip + 1..skip + 1 + total];
-        // SAFETY: buf is ours and outlives the calls.
-        let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+        // An unaligned destination: both read through staging buffers
+        // where the system gives huge pages; else auto falls back to the
+        // cache and always refuses.
+        let staging = StagingBuffer::new(HUGE_PAGE).is_some();
+        auto.source.forget_cached(0, 0);
         let order = in_file_order(&runs);
-        assert_eq!(
-            auto.read_runs(&runs, &order, dest, 2, &|_| {})
-                .unwrap()
-                .direct_requests,
-            0
-        );
-        assert!(matches!(
-            always.read_runs(&runs, &order, dest, 2, &|_| {}),
-            Err(Error::Internal(_))
-        ));
+        for file in [&auto, &always] {
+            storage.fill(0);
+            let buf = &mut storage[skip + 1..skip + 1 + total];
+            // SAFETY: buf is ours and outlives the call.
+            let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+            let read = file.read_runs(&runs, &order, dest, 2, &|_| {});
+            match (staging, file.mode) {
+                (true, mode) => {
+                    let read = read.unwrap();
+                    let want = if mode == DirectIo::Always { 4 } else { expect };
+                    assert_eq!(read.staged_requests, want, "{mode:?}");
+                    check(&storage[skip + 1..skip + 1 + total]);
+                }
+                (false, DirectIo::Auto) => assert_eq!(read.unwrap().direct_requests, 0),
+                (false, _) => assert!(matches!(read, Err(Error::Internal(_)))),
+            }
+        }
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_window_in_small_pages_is_filled_through_staging_buffers_in_pieces() {
+        const MIB: u64 = 1 << 20;
+        let path = scratch_file("staged", 7 * MIB as usize);
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        // Buffers of one huge page: the 5 MiB run is read in three pieces.
+        let file = own_staging(&path, DirectIo::Always, false, HUGE_PAGE);
+        if file.direct.is_none() || StagingBuffer::new(HUGE_PAGE).is_none() {
+            std::fs::remove_file(path).unwrap();
+            return; // no direct reads here, or no huge pages to stage in
+        }
+        let spans = [(MIB, 5 * MIB), (0, 4096), (6 * MIB, 8192)];
+        let runs = runs(&spans);
+        let total: usize = spans.iter().map(|s| s.1 as usize).sum();
+        for streams in [1, 3] {
+            let mut buf = vec![0u8; total];
+            // SAFETY: buf is ours and outlives the call.
+            let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+            let read = file
+                .read_runs(&runs, &[1, 0, 2], dest, streams, &|_| {})
+                .unwrap();
+            assert_eq!((read.direct_requests, read.staged_requests), (3, 3));
+            let mut at = 0;
+            for &(offset, len) in &spans {
+                let want = (0..len as usize).map(|i| ((offset as usize + i) * 7 % 251) as u8);
+                assert!(
+                    buf[at..at + len as usize].iter().copied().eq(want),
+                    "streams {streams}: the run at {offset}"
+                );
+                at += len as usize;
+            }
+            // The streams' buffers are kept for the next round.
+            let idle = file.staging.idle.lock().unwrap();
+            assert_eq!(idle.len(), streams);
+            assert!(idle.iter().all(|b| b.len() == HUGE_PAGE));
+        }
+        // The window in huge pages: straight into it, no staging.
+        file.set_window_in_huge_pages(true);
+        let mut storage = vec![0u8; total + 4096];
+        let skip = storage.as_ptr().align_offset(4096);
+        let buf = &mut storage[skip..skip + total];
+        // SAFETY: buf is ours and outlives the call.
+        let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+        let read = file.read_runs(&runs, &[0, 1, 2], dest, 2, &|_| {}).unwrap();
+        assert_eq!((read.direct_requests, read.staged_requests), (3, 0));
         std::fs::remove_file(path).unwrap();
     }
 
@@ -836,16 +1091,17 @@ mod tests {
         // The run past the end is read first: nothing is reported complete.
         let heard = Mutex::new(Vec::new());
         let progress = |n: usize| heard.lock().unwrap().push(n);
-        let err = read_on_streams(&file, &runs, &[1, 0], dest, 1, &progress).unwrap_err();
+        let err =
+            read_on_streams(&file, &runs, &[1, 0], dest, 1, &IN_PLACE, &progress).unwrap_err();
         assert!(matches!(err, Error::Truncated { .. }), "{err}");
         assert!(heard.lock().unwrap().is_empty());
-        let err = read_on_streams(&file, &runs, &[0, 1], dest, 2, &|_| {}).unwrap_err();
+        let err = read_on_streams(&file, &runs, &[0, 1], dest, 2, &IN_PLACE, &|_| {}).unwrap_err();
         assert!(matches!(err, Error::Truncated { .. }), "{err}");
         // SAFETY: as above, a shorter view of the same buffer.
         let short = unsafe { WindowRange::new(buf.as_mut_ptr(), 150) };
-        assert!(read_on_streams(&file, &runs, &[0, 1], short, 2, &|_| {}).is_err());
+        assert!(read_on_streams(&file, &runs, &[0, 1], short, 2, &IN_PLACE, &|_| {}).is_err());
         // An order that is not one of the runs.
-        assert!(read_on_streams(&file, &runs, &[0, 0], dest, 2, &|_| {}).is_err());
+        assert!(read_on_streams(&file, &runs, &[0, 0], dest, 2, &IN_PLACE, &|_| {}).is_err());
         std::fs::remove_file(path).unwrap();
     }
 
@@ -861,7 +1117,7 @@ mod tests {
         let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
         let heard = Mutex::new(Vec::new());
         let progress = |n: usize| heard.lock().unwrap().push(n);
-        read_on_streams(&file, &runs, &[2, 1], dest, 2, &progress).unwrap();
+        read_on_streams(&file, &runs, &[2, 1], dest, 2, &IN_PLACE, &progress).unwrap();
         assert!(buf[..100].iter().all(|&b| b == 0));
         for (at, offset) in [(100, 5000), (200, 9000)] {
             for i in 0..100 {

@@ -683,10 +683,11 @@ impl Engine {
         // The window is large enough (ensured above), so this cannot fail
         // on one rank only.
         let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len)?;
-        if let (Some(file), DirectIo::Auto) = (file.as_deref(), options.direct_io) {
-            // Direct reads pay only into huge pages (see allow_auto_direct),
-            // which prepare asks for and checks.
-            file.allow_auto_direct(memory.in_huge_pages());
+        if let Some(file) = file.as_deref() {
+            // Direct reads land in the window only where prepare got it
+            // huge pages, else in staging buffers (see
+            // set_window_in_huge_pages).
+            file.set_window_in_huge_pages(memory.in_huge_pages());
         }
         if topology.node.rank() == 0 {
             // Published with the index below, before any rank waits on them.

@@ -8,6 +8,7 @@ use mpi::ffi;
 
 use super::{check, Comm};
 use crate::error::{Error, Result};
+use crate::huge_pages;
 
 /// A shared segment of `len` bytes. Rank 0 of the node communicator
 /// allocates it; every rank addresses it directly. Freed (collectively) on
@@ -161,7 +162,7 @@ impl SharedWindow {
     /// the reads. Every rank of the node may call it at once.
     ///
     /// `huge` first asks for 2 MiB pages where the system gives them to
-    /// such memory (see [`advise_huge_pages`]).
+    /// such memory (see [`crate::huge_pages`]).
     ///
     /// Call only while no engine uses the window: the fallback writes a
     /// byte of every page (on the owner; others read one).
@@ -170,7 +171,7 @@ impl SharedWindow {
             if huge {
                 // SAFETY: [at, at + bytes) lies inside the segment mapped
                 // for the window's life; the advice changes no contents.
-                unsafe { advise_huge_pages(at as *mut u8, bytes) };
+                unsafe { huge_pages::advise(at as *mut u8, bytes) };
             }
             // SAFETY: [at, at + bytes) lies inside the segment mapped for
             // the window's life, and no engine uses the window meanwhile
@@ -181,7 +182,7 @@ impl SharedWindow {
             // walks every mapping of the process (milliseconds in an MPI
             // process), which an open would pay before its first read.
             self.huge.store(
-                huge && in_huge_pages(at as *const u8, bytes),
+                huge && huge_pages::mostly_in_huge_pages(at as *const u8, bytes),
                 Ordering::Relaxed,
             );
         }
@@ -214,73 +215,6 @@ impl SharedWindow {
             }
         }
     }
-}
-
-/// Asks for transparent huge pages over the whole 2 MiB pages inside
-/// `[at, at + bytes)` (`MADV_HUGEPAGE`), before they are mapped.
-///
-/// Why: a direct read lands in the window straight from the device, one
-/// scatter-gather segment per physically contiguous piece of the
-/// destination. The virtual disk here takes at most 254 segments per
-/// request, so a 4 MiB direct read into scattered 4 KiB pages went out as
-/// four requests of about 1 MiB, and the disk serves about as many
-/// requests per second whatever their size: direct reads into 4 KiB pages
-/// ran at 1.0-1.3 GB/s where reads through the page cache (whose large
-/// folios make 4 MiB requests) ran at 3.4-3.9, and into 2 MiB pages at
-/// 4.6-5.3 (docs/PERFORMANCE.md, fifteenth round). A one-rank node's
-/// window is private memory in MPICH, where `madvise` mode gives it huge
-/// pages; shared memory gets them only where the system allows huge pages
-/// for shmem, and the advice does nothing elsewhere. Advice, so a refusal
-/// (an old kernel, huge pages off) changes nothing but speed.
-///
-/// # Safety
-/// The range is mapped for the caller's use; advice changes no contents.
-unsafe fn advise_huge_pages(at: *mut u8, bytes: usize) {
-    const HUGE: usize = 2 << 20;
-    let start = (at as usize).div_ceil(HUGE) * HUGE;
-    let end = (at as usize + bytes) / HUGE * HUGE;
-    if end > start {
-        // SAFETY: per the contract; [start, end) lies inside the range.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-    }
-}
-
-/// Whether most of what is resident of `[addr, addr + len)` is in huge
-/// pages, by `/proc/self/smaps` (`AnonHugePages`, `ShmemPmdMapped` and
-/// `FilePmdMapped` against `Rss` of every mapping the range touches:
-/// advice splits a mapping where it starts and ends). False where smaps
-/// cannot be read or nothing is resident yet.
-fn in_huge_pages(addr: *const u8, len: usize) -> bool {
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return false;
-    };
-    let range = addr as usize..(addr as usize).saturating_add(len.max(1));
-    let (mut inside, mut rss, mut huge) = (false, 0u64, 0u64);
-    for line in smaps.lines() {
-        let head = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = head.split_once('-') {
-            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-            {
-                inside = lo < range.end && range.start < hi;
-                continue;
-            }
-        }
-        let Some((field, value)) = line.split_once(':').filter(|_| inside) else {
-            continue;
-        };
-        let kib: u64 = value
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        match field {
-            "Rss" => rss += kib,
-            "AnonHugePages" | "ShmemPmdMapped" | "FilePmdMapped" => huge += kib,
-            _ => {}
-        }
-    }
-    rss > 0 && huge * 2 >= rss
 }
 
 /// Maps `[at, at + bytes)` into this process now: one
@@ -377,39 +311,6 @@ mod tests {
         fn drop(&mut self) {
             // SAFETY: the mapping made in new.
             unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
-        }
-    }
-
-    #[test]
-    fn advised_private_memory_is_mapped_in_huge_pages_and_unadvised_is_not() {
-        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .unwrap_or_default();
-        if !mode.contains("[madvise]") && !mode.contains("[always]") {
-            eprintln!(
-                "transparent huge pages are off here ({}): nothing to check",
-                mode.trim()
-            );
-            return;
-        }
-        // 8 MiB hold at least three whole 2 MiB pages wherever they start.
-        let advised = Mapping::new(2048, false);
-        // SAFETY: the test's own mapping, used by nothing else.
-        unsafe {
-            advise_huge_pages(advised.0, advised.1);
-            map_now(advised.0, advised.1, true);
-        }
-        assert!(
-            in_huge_pages(advised.0, advised.1),
-            "advised memory is not in huge pages"
-        );
-        if mode.contains("[madvise]") {
-            let plain = Mapping::new(2048, false);
-            // SAFETY: as above.
-            unsafe { map_now(plain.0, plain.1, true) };
-            assert!(
-                !in_huge_pages(plain.0, plain.1),
-                "not advised, in madvise mode"
-            );
         }
     }
 

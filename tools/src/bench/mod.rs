@@ -132,8 +132,9 @@ pub struct Args {
     read_streams: Option<usize>,
     /// Independent reads around the page cache (direct I/O): `never` reads
     /// through the cache; `auto` (the default) reads a round directly when
-    /// the file system supports it, the window is in huge pages and the
-    /// cache holds less than half of the round; `always` requires it.
+    /// the file system supports it, the cache holds less than half of the
+    /// round and the bytes can land in huge pages (the window's or a
+    /// staging buffer's); `always` requires it.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Auto)]
     direct_io: DirectIoArg,
     /// Read each round synchronously instead of while the ranks work on the
