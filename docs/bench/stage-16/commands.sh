@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sixteenth round: direct reads into a window in small pages through
+# staging buffers in huge pages. See docs/PERFORMANCE.md, "Two-rank nodes
+# read directly through staging buffers (sixteenth round)".
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+MPICC=mpicc.mpich cargo build --release -q -p lmdbio-tools -p lmdbio-testkit --bins
+. scripts/page-reporting.sh
+suspend_page_reporting
+trap restore_page_reporting EXIT
+
+# stage.c: threads reading their parts of the file in 4 MiB preads into a
+# shared 4 KiB-page mapping: through the cache (mode 0), directly (1), or
+# directly into a private 2 MiB-page buffer and copied (2)
+gcc -O2 -pthread -o /tmp/stage docs/bench/stage-16/stage.c
+F=target/bench-data/image-15400/data.mdb
+for rep in 1 2 3; do for t in 1 2 4; do for m in 0 2; do /tmp/stage $F $m $t 4194304; done; done; done
+
+# paired, one binary: the default (staged at two ranks per node) against
+# --direct-io never (what the default did there before this round)
+B=target/release/lmdbio
+for pk in "4 2" "8 2"; do set -- $pk
+  REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/ab "$1" "$2" 2 staged "$B" cache "$B --direct-io never"
+done
+for pk in "2 2" "4 2" "8 2"; do set -- $pk
+  REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/ab2 "$1" "$2" 3 staged "$B" cache "$B --direct-io never"
+done
+# more read streams per reader with staging
+for pk in "4 2" "2 2"; do set -- $pk
+  REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/streams "$1" "$2" 2 staged "$B" \
+    s2 "$B --read-streams 2" s4 "$B --read-streams 4"
+done
+
+# direct reads on the GlusterFS FUSE mount (volume made by hand as in
+# scripts/gluster-bench.sh; dio.c from docs/bench/disk-15), caches dropped
+# before each: 4 and 8 threads, through the cache (0) and direct (1)
+# gcc -O2 -pthread -o /tmp/dioh docs/bench/disk-15/dio.c
+# for m in 0 1; do sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/dioh MNT/image-7700/data.mdb $m 4 0 4194304; done
