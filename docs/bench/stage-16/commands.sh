@@ -36,3 +36,18 @@ done
 # before each: 4 and 8 threads, through the cache (0) and direct (1)
 # gcc -O2 -pthread -o /tmp/dioh docs/bench/disk-15/dio.c
 # for m in 0 1; do sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/dioh MNT/image-7700/data.mdb $m 4 0 4194304; done
+
+# GlusterFS volume by hand (VOL=.../image-7700 on the FUSE mount), then:
+# first.c, caches dropped before each, modes 0-4 (see README.md)
+# gcc -O2 -pthread -o /tmp/first docs/bench/stage-16/first.c
+# for rep in 1 2; do for m in 0 1 2 3 4; do sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/first $VOL/data.mdb $m 8; done; done
+# staging for reads through the cache (throwaway: git apply docs/bench/stage-16/stage-cache.patch,
+# build into /tmp/wt-target, and a wrapper that sets LMDBIO_X_STAGECACHE=1)
+# for pk in "4 1" "8 1"; do set -- $pk
+#   DB=$VOL REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/gluster-stagecache "$1" "$2" 2 \
+#     def /tmp/wt-target/release/lmdbio stagec /tmp/stagecache.sh
+# done
+# for pk in "1 1" "2 2"; do set -- $pk
+#   DB=$VOL REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/gluster-streams "$1" "$2" 2 \
+#     def target/release/lmdbio s1 "target/release/lmdbio --read-streams 1"
+# done
