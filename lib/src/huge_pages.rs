@@ -103,21 +103,7 @@ impl StagingBuffer {
     pub fn new(len: usize) -> Option<StagingBuffer> {
         let len = len.max(1).div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let mapping_len = len.checked_add(HUGE_PAGE)?;
-        // SAFETY: a fresh private anonymous mapping, owned by the result.
-        let mapping = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapping_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if mapping == libc::MAP_FAILED {
-            return None;
-        }
-        let mapping = mapping as *mut u8;
+        let mapping = map_private(mapping_len)?;
         let at = (mapping as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let buffer = StagingBuffer {
             mapping,
@@ -153,6 +139,23 @@ impl StagingBuffer {
     }
 }
 
+/// A fresh private anonymous mapping of `len` bytes, readable and
+/// writable; the caller unmaps it.
+fn map_private(len: usize) -> Option<*mut u8> {
+    // SAFETY: asks for new memory; nothing existing is touched.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    (at != libc::MAP_FAILED).then_some(at as *mut u8)
+}
+
 impl Drop for StagingBuffer {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, unused once the buffer goes.
@@ -172,19 +175,7 @@ mod tests {
     struct Mapping(*mut u8, usize);
     impl Mapping {
         fn new(len: usize) -> Mapping {
-            // SAFETY: a fresh anonymous mapping.
-            let at = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(at, libc::MAP_FAILED);
-            Mapping(at as *mut u8, len)
+            Mapping(map_private(len).expect("mmap"), len)
         }
         fn map_now(&self) {
             // SAFETY: the test's own mapping, used by nothing else.
