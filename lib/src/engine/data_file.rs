@@ -26,7 +26,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
-use crate::huge_pages::{StagingBuffer, HUGE_PAGE};
+use crate::huge_pages::{copy_streaming, StagingBuffer, HUGE_PAGE};
 use crate::index::{consecutive_runs, TreePages};
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
 use crate::page_cache::DirectAlignment;
@@ -686,7 +686,7 @@ fn read_on_streams(
                 for piece in place.chunks_mut(stage.len()) {
                     let staged = &mut stage[..piece.len()];
                     file.read_exact_at(staged, offset)?;
-                    piece.copy_from_slice(staged);
+                    copy_streaming(piece, staged);
                     offset += piece.len() as u64;
                 }
             }
