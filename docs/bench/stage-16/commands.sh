@@ -51,3 +51,14 @@ done
 #   DB=$VOL REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/gluster-streams "$1" "$2" 2 \
 #     def target/release/lmdbio s1 "target/release/lmdbio --read-streams 1"
 # done
+
+# the staging copy with streaming stores (fc0ef8a, target/release/lmdbio)
+# against the plain copy (9e6a685, built the same way and kept as
+# /tmp/lmdbio-memcpy); stage.c mode 2 (memcpy) against mode 3 (streaming)
+for rep in 1 2 3; do for t in 1 2; do for m in 2 3; do /tmp/stage $F $m $t 4194304; done; done; done
+for pk in "4 2" "8 2" "2 2"; do set -- $pk
+  DB=target/bench-data/image-15400 REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/stream-copy "$1" "$2" 2 \
+    stream target/release/lmdbio memcpy /tmp/lmdbio-memcpy
+done
+DB=target/bench-data/image-15400 REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/stream-copy-p2 2 2 3 \
+  stream target/release/lmdbio memcpy /tmp/lmdbio-memcpy
