@@ -62,3 +62,10 @@ for pk in "4 2" "8 2" "2 2"; do set -- $pk
 done
 DB=target/bench-data/image-15400 REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/stream-copy-p2 2 2 3 \
   stream target/release/lmdbio memcpy /tmp/lmdbio-memcpy
+# the same throwaway on top of the streaming copy (ba25def), and two settings
+# for pk in "4 1" "8 1"; do set -- $pk
+#   DB=$VOL REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/gluster-stagecache2 "$1" "$2" 3 \
+#     def /tmp/wt-target/release/lmdbio stagec /tmp/stagecache.sh
+#   DB=$VOL REPEAT=3 bash docs/bench/align-11/ab-bins.sh docs/bench/stage-16/gluster-variants "$1" "$2" 2 \
+#     def target/release/lmdbio c16 "target/release/lmdbio --coalesce 16777216" s2 "target/release/lmdbio --read-streams 2"
+# done
