@@ -1068,6 +1068,32 @@ mod tests {
             assert_eq!(idle.len(), streams);
             assert!(idle.iter().all(|b| b.len() == HUGE_PAGE));
         }
+        // Where the system gives no huge pages, always reads straight into
+        // the window as it is (aligned) or refuses (not), and auto reads
+        // through the cache.
+        let mut storage = vec![0u8; total + 4096 + 1];
+        let skip = storage.as_ptr().align_offset(4096);
+        for (shift, mode) in [
+            (0, DirectIo::Always),
+            (1, DirectIo::Always),
+            (0, DirectIo::Auto),
+        ] {
+            let file = own_staging(&path, mode, false, HUGE_PAGE);
+            file.staging.refused.store(true, Ordering::Relaxed);
+            file.source.forget_cached(0, 0);
+            let buf = &mut storage[skip + shift..skip + shift + total];
+            // SAFETY: buf is ours and outlives the call.
+            let dest = unsafe { WindowRange::new(buf.as_mut_ptr(), buf.len()) };
+            let read = file.read_runs(&runs, &[0, 1, 2], dest, 2, &|_| {});
+            match (mode, shift) {
+                (DirectIo::Always, 0) => {
+                    let read = read.unwrap();
+                    assert_eq!((read.direct_requests, read.staged_requests), (3, 0));
+                }
+                (DirectIo::Always, _) => assert!(matches!(read, Err(Error::Internal(_)))),
+                _ => assert_eq!(read.unwrap().direct_requests, 0, "auto without huge pages"),
+            }
+        }
         // The window in huge pages: straight into it, no staging.
         file.set_window_in_huge_pages(true);
         let mut storage = vec![0u8; total + 4096];
