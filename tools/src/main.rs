@@ -43,7 +43,12 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lmdbio: {e}");
+            // One write: stderr is unbuffered, so `eprintln!` would write
+            // each piece of the message separately, and under mpiexec the
+            // ranks' pieces interleave mid-message (a test counting every
+            // rank's report once saw "page " and "1816" split apart).
+            let line = format!("lmdbio: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             ExitCode::FAILURE
         }
     }
