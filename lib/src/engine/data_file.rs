@@ -21,7 +21,7 @@
 //!   when its hints enable collective buffering.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::EngineOptions;
@@ -389,12 +389,14 @@ impl OwnFile {
                     .give_back(buffers.into_inner().unwrap_or_else(PoisonError::into_inner));
             }
             match read {
-                Ok(()) => {
+                Ok(issued) => {
+                    // A staged run longer than its buffer took a request
+                    // per piece.
                     let staged = route == Route::Staged;
                     return Ok(RunsRead {
-                        requests,
-                        direct_requests: requests,
-                        staged_requests: if staged { requests } else { 0 },
+                        requests: issued,
+                        direct_requests: issued,
+                        staged_requests: if staged { issued } else { 0 },
                     });
                 }
                 Err(Error::Io { source, .. })
@@ -639,9 +641,9 @@ enum Landing {
 /// Reads the runs `order` names (distinct indices into `runs`, which are
 /// packed back to back into `dest` in file order) with `streams` threads,
 /// each taking the next run of `order` as it finishes one; one request per
-/// run (or per staging buffer's length). Taking runs in order keeps the
-/// head of `order` complete first, which is what `progress` reports after
-/// every run.
+/// run (or per staging buffer's length), and returns how many it made.
+/// Taking runs in order keeps the head of `order` complete first, which is
+/// what `progress` reports after every run.
 fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
@@ -650,7 +652,7 @@ fn read_on_streams(
     streams: usize,
     landing: &Landing,
     progress: &RunsDone<'_>,
-) -> Result<()> {
+) -> Result<u64> {
     let total: u64 = runs.iter().map(|r| r.len).sum();
     if total != dest.len as u64 {
         return Err(Error::Internal(
@@ -671,6 +673,7 @@ fn read_on_streams(
     let failed = AtomicBool::new(false);
     let done: Vec<AtomicBool> = order.iter().map(|_| AtomicBool::new(false)).collect();
     let complete = Mutex::new(0usize);
+    let issued = AtomicU64::new(0);
     let read_one = |i: usize, stage: Option<&mut StagingBuffer>| -> Result<()> {
         let run = &runs[order[i]];
         let at = run
@@ -679,13 +682,17 @@ fn read_on_streams(
             .ok_or_else(|| Error::Internal("runs out of buffer order".into()))?;
         let place = dest.slice(at as usize, run.len as usize)?;
         match stage {
-            None => file.read_exact_at(place, run.file_offset)?,
+            None => {
+                file.read_exact_at(place, run.file_offset)?;
+                issued.fetch_add(1, Ordering::Relaxed);
+            }
             Some(stage) => {
                 let stage = stage.as_mut_slice();
                 let mut offset = run.file_offset;
                 for piece in place.chunks_mut(stage.len()) {
                     let staged = &mut stage[..piece.len()];
                     file.read_exact_at(staged, offset)?;
+                    issued.fetch_add(1, Ordering::Relaxed);
                     copy_streaming(piece, staged);
                     offset += piece.len() as u64;
                 }
@@ -745,7 +752,7 @@ fn read_on_streams(
         results
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(())
+    Ok(issued.into_inner())
 }
 
 #[cfg(test)]
@@ -1053,7 +1060,11 @@ mod tests {
             let read = file
                 .read_runs(&runs, &[1, 0, 2], dest, streams, &|_| {})
                 .unwrap();
-            assert_eq!((read.direct_requests, read.staged_requests), (3, 3));
+            // 5 MiB in pieces of 2 MiB, and the two short runs.
+            assert_eq!(
+                (read.requests, read.direct_requests, read.staged_requests),
+                (5, 5, 5)
+            );
             let mut at = 0;
             for &(offset, len) in &spans {
                 let want = (0..len as usize).map(|i| ((offset as usize + i) * 7 % 251) as u8);
