@@ -73,6 +73,21 @@ pub fn direct_alignment(_file: &File) -> Option<DirectAlignment> {
     None
 }
 
+/// Opens `path` read-only for direct reads (`O_DIRECT`).
+#[cfg(target_os = "linux")]
+pub fn open_direct(path: &std::path::Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn open_direct(_path: &std::path::Path) -> io::Result<File> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// Turns direct reads on or off for every user of `file`'s open file
 /// description. Callers must not have reads in flight that expect the
 /// other mode: with direct reads on, an unaligned read fails with `EINVAL`.

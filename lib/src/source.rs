@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -73,7 +73,16 @@ pub struct FileSource {
     path: PathBuf,
     len: u64,
     counters: IoCounters,
+    /// Opened to read around every page cache (see
+    /// [`FileSource::open_around_cache`]); cleared if the file system
+    /// refuses such a read, and the rest is read through the cache.
+    around_cache: AtomicBool,
 }
+
+/// Reads around the cache are widened to whole blocks of this many bytes,
+/// into memory aligned to it: what direct I/O asks of offsets, lengths and
+/// buffers on file systems of 4 KiB blocks or smaller.
+const AROUND_CACHE_BLOCK: usize = 4096;
 
 impl FileSource {
     pub fn open(path: &Path) -> Result<FileSource> {
@@ -81,6 +90,26 @@ impl FileSource {
             path: path.to_owned(),
             reason: format!("cannot open for reading: {e}"),
         })?;
+        FileSource::from_file(file, path, false)
+    }
+
+    /// Opens `path` so that what is read from it is cached nowhere: not in
+    /// this machine's page cache, and, on a file system whose server opens
+    /// its own file the way the client did (GlusterFS), not in the
+    /// server's either (`O_DIRECT` at open; switching it on later reaches
+    /// only the client). For pages read once and never again, whose copies
+    /// left in a cache would sit in the way of a later sequential stream.
+    /// Any read works: it is widened to whole aligned blocks read into a
+    /// buffer of its own. Fails where the file system refuses `O_DIRECT`.
+    pub fn open_around_cache(path: &Path) -> Result<FileSource> {
+        let file = crate::page_cache::open_direct(path).map_err(|e| Error::NotFound {
+            path: path.to_owned(),
+            reason: format!("cannot open for reading around the page cache: {e}"),
+        })?;
+        FileSource::from_file(file, path, true)
+    }
+
+    fn from_file(file: File, path: &Path, around_cache: bool) -> Result<FileSource> {
         let meta = file.metadata().map_err(|e| Error::NotFound {
             path: path.to_owned(),
             reason: format!("cannot stat: {e}"),
@@ -96,7 +125,57 @@ impl FileSource {
             path: path.to_owned(),
             len: meta.len(),
             counters: IoCounters::default(),
+            around_cache: AtomicBool::new(around_cache),
         })
+    }
+
+    /// Whether reads of this source bypass every cache (see
+    /// [`FileSource::open_around_cache`]).
+    pub fn reads_around_cache(&self) -> bool {
+        self.around_cache.load(Ordering::Relaxed)
+    }
+
+    /// Reads `buf.len()` bytes at `offset` through a descriptor opened for
+    /// direct reads: the enclosing aligned blocks into an aligned buffer,
+    /// then the bytes asked for out of it. A refusal (`EINVAL`: the file
+    /// system wants other alignment, or takes no direct reads after all)
+    /// switches the descriptor to cached reads for good, and the read is
+    /// made again that way.
+    fn read_around_cache(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        const BLOCK: u64 = AROUND_CACHE_BLOCK as u64;
+        let start = offset / BLOCK * BLOCK;
+        let end = (offset + buf.len() as u64).div_ceil(BLOCK) * BLOCK;
+        let len = (end - start) as usize;
+        let mut bounce = vec![0u8; len + AROUND_CACHE_BLOCK];
+        let shift = bounce.as_ptr().align_offset(AROUND_CACHE_BLOCK);
+        let blocks = &mut bounce[shift..shift + len];
+        let mut got = 0;
+        while got < len {
+            match self.file.read_at(&mut blocks[got..], start + got as u64) {
+                Ok(0) => break,
+                // A short direct read ends at the end of the file; reading
+                // on from an unaligned point would be refused anyway.
+                Ok(n) if n % AROUND_CACHE_BLOCK != 0 => {
+                    got += n;
+                    break;
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    crate::page_cache::set_direct(&self.file, false)?;
+                    self.around_cache.store(false, Ordering::Relaxed);
+                    return self.file.read_exact_at(buf, offset);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let from = (offset - start) as usize;
+        let to = from + buf.len();
+        if got < to {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.copy_from_slice(&blocks[from..to]);
+        Ok(())
     }
 }
 
@@ -151,7 +230,12 @@ impl ReadAt for FileSource {
             });
         }
         self.counters.record(buf.len());
-        self.file.read_exact_at(buf, offset).map_err(|source| {
+        let read = if self.reads_around_cache() {
+            self.read_around_cache(buf, offset)
+        } else {
+            self.file.read_exact_at(buf, offset)
+        };
+        read.map_err(|source| {
             if source.kind() == std::io::ErrorKind::UnexpectedEof {
                 // The file shrank after we opened it.
                 Error::Truncated {
@@ -184,6 +268,11 @@ impl ReadAt for FileSource {
     }
 
     fn will_need(&self, ranges: &[(u64, u64)]) {
+        // The advice would read the pages into the very caches this
+        // source keeps them out of.
+        if self.reads_around_cache() {
+            return;
+        }
         for &(offset, len) in ranges {
             let _ = crate::page_cache::will_need(&self.file, offset, len);
         }
@@ -234,5 +323,57 @@ impl ReadAt for MemSource {
 
     fn counters(&self) -> IoSnapshot {
         self.counters.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_read_around_the_cache_gives_every_range_and_leaves_none_of_it_cached() {
+        const PAGE: u64 = 4096;
+        let len = 3 * PAGE as usize + 100;
+        let path = std::env::temp_dir().join(format!("lmdbio-{}-around", std::process::id()));
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        let Ok(file) = FileSource::open_around_cache(&path) else {
+            std::fs::remove_file(path).unwrap();
+            return; // this file system takes no direct reads
+        };
+        let plain = FileSource::open(&path).unwrap();
+        plain.forget_cached(0, 0);
+        let uncached = plain.cached_bytes(0, len as u64) == Some(0);
+        // Meta-page-sized reads, ranges across blocks, one ending at the
+        // ragged end of the file, and the whole file.
+        let ranges = [
+            (0, 152),
+            (PAGE, 152),
+            (100, 5000),
+            (PAGE - 1, 2),
+            (3 * PAGE + 50, 50),
+            (0, len as u64),
+        ];
+        for (offset, n) in ranges {
+            let mut buf = vec![0u8; n as usize];
+            file.read_exact_at(&mut buf, offset).unwrap();
+            assert_eq!(
+                buf,
+                bytes[offset as usize..(offset + n) as usize],
+                "{n} bytes at {offset}"
+            );
+        }
+        assert!(matches!(
+            file.read_exact_at(&mut [0u8; 200], 3 * PAGE),
+            Err(Error::Truncated { .. })
+        ));
+        assert_eq!(file.counters().read_requests, ranges.len() as u64);
+        // Unless the file system refused the direct reads on the way (the
+        // source then reads through the cache, as it says).
+        if uncached && file.reads_around_cache() {
+            assert_eq!(plain.cached_bytes(0, len as u64), Some(0));
+        }
+        std::fs::remove_file(path).unwrap();
     }
 }

@@ -22,7 +22,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::EngineOptions;
 use crate::error::{Error, Result};
@@ -100,6 +100,11 @@ pub(crate) struct OwnFile {
     staging: Staging,
     /// Which way the descriptor reads, and the reads relying on it.
     descriptor: DescriptorMode,
+    /// A second descriptor that the tree is scanned through, opened on
+    /// the first scan if it is to read around the caches
+    /// ([`OwnFile::tree_descriptor`]); `None` inside: the scan reads
+    /// through `source`.
+    tree: OnceLock<Option<FileSource>>,
 }
 
 /// Where a round's runs are read.
@@ -259,7 +264,17 @@ impl DataFile {
             window_huge: AtomicBool::new(false),
             staging: Staging::new(Staging::MAX_LEN),
             descriptor: DescriptorMode::default(),
+            tree: OnceLock::new(),
         }))
+    }
+
+    /// Times this reader opened the file: once, and once more where the
+    /// tree was scanned through a descriptor of its own.
+    pub(crate) fn opens(&self) -> u64 {
+        match self {
+            DataFile::Own(f) => 1 + u64::from(matches!(f.tree.get(), Some(Some(_)))),
+            DataFile::Shared(_) => 1,
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -348,9 +363,57 @@ impl DataFile {
     /// Positioned reads of the tree's pages while the index is built.
     pub(crate) fn source(&self) -> DataSource<'_> {
         match self {
-            DataFile::Own(f) => DataSource::Own(&f.source),
+            DataFile::Own(f) => DataSource::Own(
+                f.tree
+                    .get_or_init(|| f.tree_descriptor())
+                    .as_ref()
+                    .unwrap_or(&f.source),
+            ),
             DataFile::Shared(f) => DataSource::Shared(MpiFileSource::new(f)),
         }
+    }
+}
+
+impl OwnFile {
+    /// A descriptor that reads the tree around every cache, where one is
+    /// needed and can be had; `None`: the tree is read through `source`,
+    /// and its pages are dropped from the cache after the scan
+    /// (`DataSource::forget_tree_pages`).
+    ///
+    /// Why: the tree's pages lie among the values (a leaf every few dozen
+    /// records of a bulk-loaded database), each read once and never again.
+    /// Where this machine's page cache is the only one, dropping them after
+    /// the scan suffices. On a file system served by another machine,
+    /// that machine's cache keeps them too, and the readers' value streams
+    /// later run into them one by one: on the GlusterFS volume the brick's
+    /// readahead then fell back to single pages for megabytes after each,
+    /// a third of the file went into its cache page by page, and every
+    /// reader read 10-20% slower (docs/PERFORMANCE.md, seventeenth round).
+    /// A descriptor opened with `O_DIRECT` keeps them out of both caches;
+    /// switching `source` to direct reads would reach only this machine's
+    /// cache, since a GlusterFS brick reads with the flags the file was
+    /// opened with. It costs this reader a second open.
+    ///
+    /// Only where `source` cannot read around the cache itself (the file
+    /// system reports no direct-I/O alignment, as FUSE and network file
+    /// systems do; local ones do, and keep one descriptor), direct reads
+    /// are not ruled out (`--direct-io never`), and the cache does not
+    /// already hold most of the file (its pages are then read from there;
+    /// where the kernel cannot say, the scan reads around it, a few small
+    /// reads at worst).
+    fn tree_descriptor(&self) -> Option<FileSource> {
+        if self.mode == DirectIo::Never || self.direct.is_some() {
+            return None;
+        }
+        let len = self.source.len();
+        if self
+            .source
+            .cached_bytes(0, len)
+            .is_some_and(|c| c * 2 >= len)
+        {
+            return None;
+        }
+        FileSource::open_around_cache(self.source.path()).ok()
     }
 }
 
@@ -576,6 +639,9 @@ impl DataSource<'_> {
         let DataSource::Own(file) = self else {
             return;
         };
+        if file.reads_around_cache() {
+            return;
+        }
         let len = file.len();
         if file.cached_bytes(0, len).is_none_or(|c| c * 2 >= len) {
             return;
@@ -866,7 +932,97 @@ mod tests {
             window_huge: AtomicBool::new(window_huge),
             staging: Staging::new(staging_max),
             descriptor: DescriptorMode::default(),
+            tree: OnceLock::new(),
         }
+    }
+
+    #[test]
+    fn the_tree_is_scanned_around_the_caches_where_the_reader_cannot_do_so_itself() {
+        const PAGE: u64 = 4096;
+        let path = scratch_file("tree-around", 64 * PAGE as usize);
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        let plain = FileSource::open(&path).unwrap();
+        plain.forget_cached(0, 0);
+        let cached = |pgno: u64| plain.cached_bytes(pgno * PAGE, PAGE);
+        if plain.cached_bytes(0, 64 * PAGE) != Some(0) {
+            std::fs::remove_file(path).unwrap();
+            return; // the kernel cannot say, or this file system keeps its pages
+        }
+        // As on a FUSE or network file system: no direct-I/O alignment
+        // reported for the reader's own descriptor.
+        let like_fuse = |mode| {
+            let mut f = own(&path, mode);
+            f.direct = None;
+            DataFile::Own(f)
+        };
+        if FileSource::open_around_cache(&path).is_err() {
+            std::fs::remove_file(path).unwrap();
+            return; // this file system takes no direct reads
+        }
+        let file = like_fuse(DirectIo::Auto);
+        let DataSource::Own(tree) = file.source() else {
+            unreachable!()
+        };
+        assert!(tree.reads_around_cache());
+        assert_eq!(file.opens(), 2);
+        let pages = TreePages {
+            branches: vec![3],
+            leaves: vec![10, 11, 40],
+        };
+        for pgno in [3, 10, 11, 40] {
+            let mut page = vec![0u8; PAGE as usize];
+            tree.read_exact_at(&mut page, pgno * PAGE).unwrap();
+            let first = (pgno * PAGE) as usize;
+            assert!(
+                (0..PAGE as usize).all(|i| page[i] == ((first + i) * 7 % 251) as u8),
+                "page {pgno}"
+            );
+            assert_eq!(
+                cached(pgno),
+                Some(0),
+                "tree page {pgno} went into the cache"
+            );
+        }
+        // Advice would bring them in; it is not given.
+        file.source().will_need(&[(10 * PAGE, 2 * PAGE)]);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(
+            cached(10),
+            Some(0),
+            "advice read a tree page into the cache"
+        );
+        // There is nothing to drop, and the second descriptor is kept.
+        file.source().forget_tree_pages(&pages, PAGE);
+        assert_eq!(file.opens(), 2);
+
+        // Not where direct reads are ruled out, nor where the reader's own
+        // descriptor reads around the cache (local file systems).
+        for file in [
+            like_fuse(DirectIo::Never),
+            DataFile::Own(own(&path, DirectIo::Auto)),
+        ] {
+            if let DataFile::Own(f) = &file {
+                if f.mode == DirectIo::Auto && f.direct.is_none() {
+                    continue; // this file system reports no alignment
+                }
+            }
+            let DataSource::Own(tree) = file.source() else {
+                unreachable!()
+            };
+            assert!(!tree.reads_around_cache());
+            assert_eq!(file.opens(), 1);
+        }
+        // Nor where the cache holds most of the file: its pages are read
+        // from there.
+        let mut whole = vec![0u8; 64 * PAGE as usize];
+        plain.read_exact_at(&mut whole, 0).unwrap();
+        let file = like_fuse(DirectIo::Auto);
+        let DataSource::Own(tree) = file.source() else {
+            unreachable!()
+        };
+        assert!(!tree.reads_around_cache());
+        assert_eq!(file.opens(), 1);
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]

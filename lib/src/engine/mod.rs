@@ -610,7 +610,7 @@ impl Engine {
             pending: None,
             threaded_reads,
             counters: Counters {
-                file_opens: u64::from(opened.file.is_some()),
+                file_opens: opened.file.as_ref().map_or(0, |f| f.opens()),
                 index_bytes_read: io.bytes_read,
                 index_read_requests: io.read_requests,
                 bytes_read: io.bytes_read,
