@@ -55,7 +55,12 @@ pub enum DirectIo {
     /// land in huge pages (the window, as [`crate::engine::prepare`] found
     /// it, or a staging buffer); through the cache otherwise (a file read
     /// recently, a kernel that cannot say what it holds: `cachestat` is
-    /// Linux 6.5+, or one that gives no huge pages).
+    /// Linux 6.5+, or one that gives no huge pages). On a file system
+    /// that reports no direct-I/O alignment (FUSE, network file systems)
+    /// the values go through the cache, and the tree is scanned through a
+    /// second descriptor opened for direct reads, so that its pages stay
+    /// out of every cache, the server's included (see
+    /// `OwnFile::tree_descriptor`).
     #[default]
     Auto,
     /// Read every round directly; opening fails where the file system

@@ -4,7 +4,9 @@
 //!   consecutive ranks per virtual node). Only the first
 //!   `readers_per_node` ranks of a node open the file, once each: on their
 //!   own (independent reads, the default) or together on the readers'
-//!   communicator (collective reads). The communicators and the node's
+//!   communicator (collective reads). On FUSE and network file systems
+//!   the node's first rank opens it once more, for direct reads of the
+//!   tree (see [`DirectIo::Auto`]). The communicators and the node's
 //!   shared window are made once per process and kept between engines
 //!   ([`topology`]).
 //! * The record index is built across nodes (`index_build`) into each

@@ -134,7 +134,9 @@ pub struct Args {
     /// through the cache; `auto` (the default) reads a round directly when
     /// the file system supports it, the cache holds less than half of the
     /// round and the bytes can land in huge pages (the window's or a
-    /// staging buffer's); `always` requires it.
+    /// staging buffer's), and scans the tree around the caches through a
+    /// second descriptor on FUSE and network file systems; `always`
+    /// requires direct reads.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectIoArg::Auto)]
     direct_io: DirectIoArg,
     /// Read each round synchronously instead of while the ranks work on the
