@@ -38,8 +38,11 @@ python3 docs/bench/scan-17/ops.py /tmp/rec
 for c in 1 2 3 4 5 6; do for m in 0 1 2 4; do
   sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/replay $VOL/data.mdb $m 8
 done; done
-#    and the brick's folios for modes 2 and 3 as in step 2 (perf record
-#    around /tmp/replay)
+#    and the brick's folios for modes 0-3 as in step 2 (perf record
+#    around /tmp/replay); later, every read direct from one descriptor:
+for c in 1 2 3 4; do for m in 2 5 0; do
+  sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/replay $VOL/data.mdb $m 8
+done; done
 
 # 4. Paired, after the change (commit e2e57d3): the default against
 #    --direct-io never (what the default did before on this file system),

@@ -13,6 +13,8 @@
  *   3  the tree's pages with O_DIRECT switched on by fcntl for them
  *   4  one descriptor opened with O_DIRECT, switched off by fcntl before
  *      the first value read
+ *   5  one descriptor opened with O_DIRECT for every read (the values
+ *      read directly, through FUSE, by the brick too)
  * Caches are dropped by the caller before each run.
  */
 #define _GNU_SOURCE
@@ -60,7 +62,7 @@ static void replay(const char *path, int mode, int rank) {
     off[n] = a, len[n++] = b;
   }
   fclose(f);
-  int fd = open(path, O_RDONLY | (mode == 4 ? O_DIRECT : 0));
+  int fd = open(path, O_RDONLY | (mode == 4 || mode == 5 ? O_DIRECT : 0));
   int dfd = mode == 2 ? open(path, O_RDONLY | O_DIRECT) : -1;
   if (fd < 0 || (mode == 2 && dfd < 0)) die("open");
   size_t cap = 0;
