@@ -145,11 +145,12 @@ int lmdbio_options_set_read_streams(lmdbio_options *options, size_t streams);
  * gives huge pages on request), else in a small buffer of the reader's own
  * in 2 MiB pages (at most 16 MiB per read stream, Linux 6.1+) and is
  * copied into the window; into 4 KiB pages a read reaches the device as
- * several small requests (docs/PERFORMANCE.md). On a file system that
- * reports no direct-I/O alignment (FUSE, network) AUTO reads values
- * through the cache and scans the tree through a second descriptor opened
- * with O_DIRECT, so that no cache (a server's included) keeps its pages in
- * the way of the value streams: file_opens counts 2 on that rank. */
+ * several small requests (docs/PERFORMANCE.md). On a file system that is
+ * not one of the local ones (ext4, XFS, Btrfs, F2FS, ZFS, bcachefs, tmpfs,
+ * ramfs, overlayfs: FUSE and network file systems) AUTO also scans the
+ * tree through a second descriptor opened with O_DIRECT, so that no cache
+ * (a server's included) keeps its pages in the way of the value streams:
+ * file_opens counts 2 on the node's first rank. */
 #define LMDBIO_DIRECT_IO_NEVER 0
 #define LMDBIO_DIRECT_IO_AUTO 1
 #define LMDBIO_DIRECT_IO_ALWAYS 2

@@ -209,6 +209,41 @@ pub fn forget(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `file` lives on a file system this machine serves from its own
+/// storage or memory: the local ones by their `statfs` magic (ext2/3/4,
+/// XFS, Btrfs, F2FS, ZFS, bcachefs, tmpfs, ramfs, overlayfs). Anything
+/// else, FUSE and network file systems among them, may be served by
+/// another machine with a page cache of its own. A file system it cannot
+/// identify counts as not local.
+#[cfg(target_os = "linux")]
+pub fn on_local_file_system(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    const LOCAL: [i64; 10] = [
+        0xEF53,      // ext2, ext3, ext4
+        0x5846_5342, // XFS
+        0x9123_683E, // Btrfs
+        0xF2F5_2010, // F2FS
+        0x2FC1_2FC1, // ZFS
+        0xCA45_1A4E, // bcachefs
+        0x0102_1994, // tmpfs
+        0x8584_58F6, // ramfs
+        0x794C_7630, // overlayfs
+        0x6165_6673, // aufs
+    ];
+    // SAFETY: fstatfs on a descriptor we own writes only into the zeroed
+    // struct we pass.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    LOCAL.contains(&(st.f_type as i64))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn on_local_file_system(_file: &File) -> bool {
+    true
+}
+
 /// Asks the kernel to start reading `[offset, offset + len)` of `file`
 /// into the page cache now (`POSIX_FADV_WILLNEED`), without waiting.
 #[cfg(target_os = "linux")]
@@ -237,6 +272,18 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn temporary_files_are_on_a_local_file_system_and_proc_is_not_known_as_one() {
+        let (path, file) = scratch("local", 4096);
+        assert!(
+            on_local_file_system(&file),
+            "the temporary directory's file system is not among the local ones"
+        );
+        std::fs::remove_file(path).unwrap();
+        let proc = File::open("/proc/self/status").unwrap();
+        assert!(!on_local_file_system(&proc));
+    }
 
     fn scratch(name: &str, len: usize) -> (std::path::PathBuf, File) {
         let path = std::env::temp_dir().join(format!("lmdbio-pc-{}-{name}", std::process::id()));

@@ -204,6 +204,11 @@ impl FileSource {
         })
     }
 
+    /// See [`crate::page_cache::on_local_file_system`].
+    pub fn on_local_file_system(&self) -> bool {
+        crate::page_cache::on_local_file_system(&self.file)
+    }
+
     /// Bytes of `[offset, offset + len)` in the page cache, if the kernel
     /// can say.
     pub fn cached_bytes(&self, offset: u64, len: u64) -> Option<u64> {

@@ -56,11 +56,10 @@ pub enum DirectIo {
     /// it, or a staging buffer); through the cache otherwise (a file read
     /// recently, a kernel that cannot say what it holds: `cachestat` is
     /// Linux 6.5+, or one that gives no huge pages). On a file system
-    /// that reports no direct-I/O alignment (FUSE, network file systems)
-    /// the values go through the cache, and the tree is scanned through a
-    /// second descriptor opened for direct reads, so that its pages stay
-    /// out of every cache, the server's included (see
-    /// `OwnFile::tree_descriptor`).
+    /// that is not one of the local ones (FUSE and network file systems)
+    /// the tree is also scanned through a second descriptor opened for
+    /// direct reads, so that its pages stay out of every cache, the
+    /// server's included (see `OwnFile::tree_descriptor`).
     #[default]
     Auto,
     /// Read every round directly; opening fails where the file system
@@ -105,6 +104,9 @@ pub(crate) struct OwnFile {
     staging: Staging,
     /// Which way the descriptor reads, and the reads relying on it.
     descriptor: DescriptorMode,
+    /// The file system may be served by another machine (see
+    /// [`crate::page_cache::on_local_file_system`]).
+    served_remotely: bool,
     /// A second descriptor that the tree is scanned through, opened on
     /// the first scan if it is to read around the caches
     /// ([`OwnFile::tree_descriptor`]); `None` inside: the scan reads
@@ -251,6 +253,7 @@ impl DataFile {
             return Ok(DataFile::Shared(MpiFile::open(comm, path, &hints)?));
         }
         let source = FileSource::open(path)?;
+        let served_remotely = !source.on_local_file_system();
         let direct = match options.direct_io {
             DirectIo::Never => None,
             DirectIo::Auto | DirectIo::Always => source.direct_alignment(),
@@ -269,6 +272,7 @@ impl DataFile {
             window_huge: AtomicBool::new(false),
             staging: Staging::new(Staging::MAX_LEN),
             descriptor: DescriptorMode::default(),
+            served_remotely,
             tree: OnceLock::new(),
         }))
     }
@@ -399,15 +403,14 @@ impl OwnFile {
     /// cache, since a GlusterFS brick reads with the flags the file was
     /// opened with. It costs this reader a second open.
     ///
-    /// Only where `source` cannot read around the cache itself (the file
-    /// system reports no direct-I/O alignment, as FUSE and network file
-    /// systems do; local ones do, and keep one descriptor), direct reads
-    /// are not ruled out (`--direct-io never`), and the cache does not
-    /// already hold most of the file (its pages are then read from there;
-    /// where the kernel cannot say, the scan reads around it, a few small
-    /// reads at worst).
+    /// Only on a file system that may be served by another machine (not
+    /// one of the local ones: they keep one descriptor), where direct
+    /// reads are not ruled out (`--direct-io never`), and where the cache
+    /// does not already hold most of the file (its pages are then read
+    /// from there; where the kernel cannot say, the scan reads around it,
+    /// a few small reads at worst).
     fn tree_descriptor(&self) -> Option<FileSource> {
-        if self.mode == DirectIo::Never || self.direct.is_some() {
+        if self.mode == DirectIo::Never || !self.served_remotely {
             return None;
         }
         let len = self.source.len();
@@ -929,7 +932,9 @@ mod tests {
         let direct = (mode != DirectIo::Never)
             .then(|| source.direct_alignment())
             .flatten();
+        let served_remotely = !source.on_local_file_system();
         OwnFile {
+            served_remotely,
             source,
             mode,
             direct,
@@ -953,11 +958,12 @@ mod tests {
             std::fs::remove_file(path).unwrap();
             return; // the kernel cannot say, or this file system keeps its pages
         }
-        // As on a FUSE or network file system: no direct-I/O alignment
-        // reported for the reader's own descriptor.
+        // As on a FUSE or network file system: served by another machine,
+        // and no direct-I/O alignment reported.
         let like_fuse = |mode| {
             let mut f = own(&path, mode);
             f.direct = None;
+            f.served_remotely = true;
             DataFile::Own(f)
         };
         if FileSource::open_around_cache(&path).is_err() {
