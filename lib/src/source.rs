@@ -209,6 +209,14 @@ impl FileSource {
         crate::page_cache::on_local_file_system(&self.file)
     }
 
+    /// Whether the page cache holds at least half of the file; `None` when
+    /// the kernel cannot say. A file in this state is read from the cache
+    /// as it is: dropping or bypassing its pages would send their reads to
+    /// storage again.
+    pub fn mostly_cached(&self) -> Option<bool> {
+        self.cached_bytes(0, self.len).map(|c| c * 2 >= self.len)
+    }
+
     /// Bytes of `[offset, offset + len)` in the page cache, if the kernel
     /// can say.
     pub fn cached_bytes(&self, offset: u64, len: u64) -> Option<u64> {

@@ -293,6 +293,13 @@ impl DataFile {
         }
     }
 
+    fn len(&self) -> u64 {
+        match self {
+            DataFile::Own(f) => f.source.len(),
+            DataFile::Shared(f) => f.len(),
+        }
+    }
+
     /// See [`OwnFile::set_window_in_huge_pages`]; collective reads have no
     /// say.
     pub(crate) fn set_window_in_huge_pages(&self, huge: bool) {
@@ -319,7 +326,7 @@ impl DataFile {
     /// CPU (docs/PERFORMANCE.md, eleventh round). Widening costs at most a
     /// page at each end of a stretch of adjacent runs.
     pub(crate) fn plan_granule(&self, page_size: u64) -> Result<u64> {
-        let whole_pages = page_size.is_power_of_two() && self.source().len() % page_size == 0;
+        let whole_pages = page_size.is_power_of_two() && self.len() % page_size == 0;
         let required_direct = match self {
             DataFile::Own(own) if own.mode == DirectIo::Always => own.direct.map(|a| (own, a)),
             _ => None,
@@ -413,12 +420,7 @@ impl OwnFile {
         if self.mode == DirectIo::Never || !self.served_remotely {
             return None;
         }
-        let len = self.source.len();
-        if self
-            .source
-            .cached_bytes(0, len)
-            .is_some_and(|c| c * 2 >= len)
-        {
+        if self.source.mostly_cached() == Some(true) {
             return None;
         }
         FileSource::open_around_cache(self.source.path()).ok()
@@ -647,11 +649,9 @@ impl DataSource<'_> {
         let DataSource::Own(file) = self else {
             return;
         };
-        if file.reads_around_cache() {
-            return;
-        }
-        let len = file.len();
-        if file.cached_bytes(0, len).is_none_or(|c| c * 2 >= len) {
+        // Without a way to tell, the pages stay: they may be all the
+        // cache holds of a file read from there.
+        if file.reads_around_cache() || file.mostly_cached() != Some(false) {
             return;
         }
         let mut pgnos: Vec<u64> = pages
@@ -843,6 +843,21 @@ mod tests {
         path
     }
 
+    /// [`scratch_file`] of `pages` pages, synced and out of the page
+    /// cache, opened; `None` (the file removed) where the kernel cannot
+    /// say what it caches or this file system keeps its pages.
+    fn cold_scratch_file(name: &str, pages: u64) -> Option<(std::path::PathBuf, FileSource)> {
+        let path = scratch_file(name, (pages * 4096) as usize);
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        let file = FileSource::open(&path).unwrap();
+        file.forget_cached(0, 0);
+        if file.cached_bytes(0, pages * 4096) == Some(0) {
+            return Some((path, file));
+        }
+        std::fs::remove_file(path).unwrap();
+        None
+    }
+
     fn runs(spans: &[(u64, u64)]) -> Vec<ReadRun> {
         let mut at = 0;
         spans
@@ -949,15 +964,10 @@ mod tests {
     #[test]
     fn the_tree_is_scanned_around_the_caches_where_the_reader_cannot_do_so_itself() {
         const PAGE: u64 = 4096;
-        let path = scratch_file("tree-around", 64 * PAGE as usize);
-        std::fs::File::open(&path).unwrap().sync_all().unwrap();
-        let plain = FileSource::open(&path).unwrap();
-        plain.forget_cached(0, 0);
-        let cached = |pgno: u64| plain.cached_bytes(pgno * PAGE, PAGE);
-        if plain.cached_bytes(0, 64 * PAGE) != Some(0) {
-            std::fs::remove_file(path).unwrap();
+        let Some((path, plain)) = cold_scratch_file("tree-around", 64) else {
             return; // the kernel cannot say, or this file system keeps its pages
-        }
+        };
+        let cached = |pgno: u64| plain.cached_bytes(pgno * PAGE, PAGE);
         // As on a FUSE or network file system: served by another machine,
         // and no direct-I/O alignment reported.
         let like_fuse = |mode| {
@@ -1006,17 +1016,19 @@ mod tests {
         file.source().forget_tree_pages(&pages, PAGE);
         assert_eq!(file.opens(), 2);
 
-        // Not where direct reads are ruled out, nor where the reader's own
-        // descriptor reads around the cache (local file systems).
-        for file in [
-            like_fuse(DirectIo::Never),
-            DataFile::Own(own(&path, DirectIo::Auto)),
-        ] {
-            if let DataFile::Own(f) = &file {
-                if f.mode == DirectIo::Auto && f.direct.is_none() {
-                    continue; // this file system reports no alignment
-                }
-            }
+        // Not where direct reads are ruled out, nor on a local file system
+        // (whatever it reports of direct reads).
+        let local = |direct| {
+            let mut f = own(&path, DirectIo::Auto);
+            f.direct = direct;
+            f.served_remotely = false;
+            DataFile::Own(f)
+        };
+        let alignment = Some(DirectAlignment {
+            offset: 512,
+            memory: 512,
+        });
+        for file in [like_fuse(DirectIo::Never), local(None), local(alignment)] {
             let DataSource::Own(tree) = file.source() else {
                 unreachable!()
             };
@@ -1039,19 +1051,14 @@ mod tests {
     #[test]
     fn tree_pages_leave_the_cache_unless_the_cache_holds_most_of_the_file() {
         const PAGE: u64 = 4096;
-        let path = scratch_file("forget-tree", 64 * PAGE as usize);
-        std::fs::File::open(&path).unwrap().sync_all().unwrap();
-        let file = FileSource::open(&path).unwrap();
+        let Some((path, file)) = cold_scratch_file("forget-tree", 64) else {
+            return; // the kernel cannot say, or this file system keeps its pages
+        };
         let cached = |pgno: u64| file.cached_bytes(pgno * PAGE, PAGE);
         let read_page = |pgno: u64| {
             let mut page = vec![0u8; PAGE as usize];
             file.read_exact_at(&mut page, pgno * PAGE).unwrap();
         };
-        file.forget_cached(0, 64 * PAGE);
-        if cached(3).is_none() || file.cached_bytes(0, 64 * PAGE) != Some(0) {
-            std::fs::remove_file(path).unwrap();
-            return; // the kernel cannot say, or this file system keeps its pages
-        }
         let tree = TreePages {
             branches: vec![3],
             leaves: vec![10, 11, 40],
