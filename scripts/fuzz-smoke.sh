@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Fuzz smoke test for lmdbio's parsers.
 #
-# Builds the cargo-fuzz targets in lib/fuzz, seeds their corpora with small
-# real LMDB data files written by liblmdb's mdb_load (so the fuzzer starts
-# from valid structure: meta pages, branch and leaf pages, overflow runs,
-# named databases), runs each target for a bounded time and exits non-zero
-# if any target found a crash, a timeout or an out-of-memory input.
+# Builds the cargo-fuzz targets in core/fuzz (they need lmdbio-core only,
+# no MPI), seeds their corpora with small real LMDB data files written by
+# liblmdb's mdb_load (so the fuzzer starts from valid structure: meta
+# pages, branch and leaf pages, overflow runs, named databases), runs each
+# target for a bounded time and exits non-zero if any target found a crash,
+# a timeout or an out-of-memory input.
 #
 # Environment:
 #   LMDBIO_FUZZ_SECONDS  seconds per target (default 60)
@@ -16,8 +17,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LIB=$ROOT/lib
-FUZZ=$LIB/fuzz
+CORE=$ROOT/core
+FUZZ=$CORE/fuzz
 CORPUS=$FUZZ/corpus
 ARTIFACTS=$FUZZ/artifacts
 SECONDS_PER_TARGET=${LMDBIO_FUZZ_SECONDS:-60}
@@ -134,7 +135,7 @@ seed_corpus
 
 # --- Build and run ---------------------------------------------------------
 
-cd "$LIB"
+cd "$CORE"
 log "building fuzz targets"
 cargo fuzz build --fuzz-dir "$FUZZ" 2>&1 | tail -n 3
 
@@ -163,7 +164,7 @@ done
 
 if [ ${#failed[@]} -ne 0 ]; then
   log "crashes found in: ${failed[*]}"
-  log "replay one with: cd lib && RUSTC_BOOTSTRAP=1 cargo fuzz run TARGET ARTIFACT"
+  log "replay one with: cd core && RUSTC_BOOTSTRAP=1 cargo fuzz run TARGET ARTIFACT"
   exit 1
 fi
 log "all targets clean"

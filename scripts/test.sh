@@ -23,6 +23,31 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
 
+step "lmdbio-core builds and tests with no MPI"
+# The core (parser, index, plans, schedules, cursors) must not need an MPI
+# toolchain: nothing MPI in its dependency tree, and a build and its unit
+# tests with no MPI compiler wrapper or launcher on PATH.
+if cargo tree --locked -p lmdbio-core -e normal,build,dev --prefix none | grep -E '^(mpi|mpi-sys) '; then
+  echo "lmdbio-core depends on MPI" >&2
+  exit 1
+fi
+nompi_bin=$(mktemp -d)
+IFS=: read -r -a path_dirs <<<"$PATH"
+for dir in "${path_dirs[@]}"; do
+  for exe in "$dir"/*; do
+    name=${exe##*/}
+    case $name in mpi* | *mpicc* | orte* | ompi*) continue ;; esac
+    [ -x "$exe" ] && [ ! -e "$nompi_bin/$name" ] && ln -s "$exe" "$nompi_bin/$name"
+  done
+done
+if PATH=$nompi_bin command -v mpicc mpicc.mpich mpicc.openmpi mpiexec; then
+  echo "an MPI tool is still on the no-MPI PATH" >&2
+  exit 1
+fi
+env -u MPICC -u MPIEXEC PATH="$nompi_bin" \
+  cargo test --locked --target-dir target/no-mpi -p lmdbio-core
+rm -rf "$nompi_bin"
+
 step "tests (MPICH)"
 cargo test --workspace --locked
 

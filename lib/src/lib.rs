@@ -1,6 +1,16 @@
 //! lmdbio: deep-learning input I/O from stock LMDB files, built to scale on
 //! MPI clusters.
 //!
+//! This crate is what users and the C ABI see. It is made of three crates:
+//!
+//! * `lmdbio-core` (`core/`): reading LMDB with no MPI: the parser, the
+//!   record index, read plans, schedules, shuffles and cursors. Re-exported
+//!   here under the same module names ([`database`], [`index`], ...).
+//! * `lmdbio-engine` (`engine/`): the MPI read engine and the thin unsafe
+//!   layer over MPI. Re-exported here as [`engine`] and [`mpi_raw`].
+//! * `lmdbio` (`lib/`, this crate): the C ABI ([`ffi`], `include/lmdbio.h`),
+//!   built as `liblmdbio.so` and `liblmdbio.a`.
+//!
 //! # The data path
 //!
 //! Read the modules in this order; each has one job.
@@ -46,6 +56,9 @@
 //!     another rank count.
 //! 11. [`ffi`]: the C ABI of `include/lmdbio.h`.
 //!
+//! Steps 1 to 7 and 10 are `lmdbio-core`; 8 and 9 are `lmdbio-engine`; 11
+//! is this crate.
+//!
 //! ```no_run
 //! use lmdbio::{Database, IndexOptions, CoalesceOptions};
 //! # fn main() -> lmdbio::Result<()> {
@@ -60,27 +73,16 @@
 //! # Ok(()) }
 //! ```
 
-pub mod cursor;
-pub mod database;
-pub mod engine;
-pub mod error;
 pub mod ffi;
-pub mod format;
-pub mod huge_pages;
-pub mod index;
-pub mod layout;
-pub mod mpi_raw;
-pub mod order;
-pub mod page_cache;
-pub mod plan;
-pub mod resume;
-pub mod schedule;
-pub mod source;
-pub mod values;
 
-pub use database::{data_file_path, Database, Tree};
-pub use error::{Error, ErrorKind, Result};
-pub use index::{IndexOptions, RecordEntry, RecordIndex};
-pub use layout::Layout;
-pub use plan::CoalesceOptions;
-pub use source::{FileSource, MemSource, ReadAt};
+pub use lmdbio_core::{
+    cursor, database, error, format, huge_pages, index, layout, order, page_cache, plan, resume,
+    schedule, source, values,
+};
+pub use lmdbio_engine as engine;
+pub use lmdbio_engine::mpi_raw;
+
+pub use lmdbio_core::{
+    data_file_path, CoalesceOptions, Database, Error, ErrorKind, FileSource, IndexOptions, Layout,
+    MemSource, ReadAt, RecordEntry, RecordIndex, Result, Tree,
+};

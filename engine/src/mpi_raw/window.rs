@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use mpi::ffi;
 
 use super::{check, Comm};
-use crate::error::{Error, Result};
-use crate::huge_pages;
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::huge_pages;
 
 /// A shared segment of `len` bytes. Rank 0 of the node communicator
 /// allocates it; every rank addresses it directly. Freed (collectively) on
@@ -162,7 +162,7 @@ impl SharedWindow {
     /// the reads. Every rank of the node may call it at once.
     ///
     /// `huge` first asks for 2 MiB pages where the system gives them to
-    /// such memory (see [`crate::huge_pages`]).
+    /// such memory (see [`lmdbio_core::huge_pages`]).
     ///
     /// Call only while no engine uses the window: the fallback writes a
     /// byte of every page (on the owner; others read one).

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::format::{overflow_pages, LeafValue, TreePage, PAGEHDRSZ};
 use crate::source::{IoSnapshot, ReadAt};
 
-pub(crate) use pages::consecutive_runs;
+pub use pages::consecutive_runs;
 pub use pages::{PageBatch, PageBitmap, MAX_PAGES_PER_READ};
 
 /// Where one record lives. 24 bytes, so an index of 10 M records is 240 MB

@@ -187,9 +187,9 @@ impl FileSource {
     }
 
     /// Whether reads of this source go around the page cache now.
-    #[cfg(all(test, target_os = "linux"))]
-    pub(crate) fn is_direct(&self) -> bool {
-        crate::page_cache::is_direct(&self.file).expect("F_GETFL on an open file")
+    #[cfg(target_os = "linux")]
+    pub fn is_direct(&self) -> std::io::Result<bool> {
+        crate::page_cache::is_direct(&self.file)
     }
 
     /// Switches direct reads on or off for every thread reading this

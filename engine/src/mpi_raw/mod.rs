@@ -18,7 +18,7 @@ use std::ffi::{c_char, c_int};
 
 use mpi::ffi;
 
-use crate::error::{Error, Result};
+use lmdbio_core::error::{Error, Result};
 
 /// The raw communicator handle type of the MPI we were built against.
 pub type RawComm = ffi::MPI_Comm;

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lmdbio::values::read_values;
-use lmdbio::{CoalesceOptions, Database, IndexOptions, Layout, MemSource, RecordEntry, Tree};
+use lmdbio_core::values::read_values;
+use lmdbio_core::{CoalesceOptions, Database, IndexOptions, Layout, MemSource, RecordEntry, Tree};
 
 const OPTIONS: IndexOptions = IndexOptions {
     threads: 1,

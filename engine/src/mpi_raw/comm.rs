@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 use mpi::ffi;
 
 use super::{check, RawComm};
-use crate::error::{Error, Result};
+use lmdbio_core::error::{Error, Result};
 
 /// A communicator we created (by dup or split), freed on drop, with MPI
 /// errors on it returning codes instead of aborting; or a caller's,

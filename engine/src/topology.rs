@@ -29,8 +29,8 @@ use std::sync::Mutex;
 
 use super::agree::{agree, agree_resource};
 use super::EngineOptions;
-use crate::error::Result;
 use crate::mpi_raw::{self, Comm, RawComm, ReduceOp, SharedWindow};
+use lmdbio_core::error::Result;
 
 /// Window bytes set aside for the record index when a window is made
 /// ahead of knowing the database (24 bytes per record plus its key: a

@@ -60,7 +60,7 @@ impl PageBatch {
 
 /// The runs of consecutive page numbers in `sorted` (ascending, unique),
 /// each at most `max_pages` long, as ranges of positions in `sorted`.
-pub(crate) fn consecutive_runs(
+pub fn consecutive_runs(
     sorted: &[u64],
     max_pages: usize,
 ) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {

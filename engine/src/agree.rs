@@ -4,8 +4,8 @@
 //! broadcasts its error and every rank returns it, so no rank is left
 //! waiting in a collective the failed rank will never enter.
 
-use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::{Comm, ReduceOp};
+use lmdbio_core::error::{Error, ErrorKind, Result};
 
 /// Agrees on `local` across `comm`. `mins` are reduced with MIN on the way
 /// (ranks with nothing to say pass `i64::MAX`).

@@ -22,7 +22,7 @@
 //!   served as soon as its own runs are in; every rank gets pointers into
 //!   the window. Nothing is copied after the read.
 //! * Every rank can compute every other rank's batches (see
-//!   [`crate::schedule`]), so planning needs no messages; one reduction per
+//!   [`lmdbio_core::schedule`]), so planning needs no messages; one reduction per
 //!   round agrees on its length, and one at a step not yet known to be in
 //!   everywhere agrees on how far the steps are in on every node (or on
 //!   the error that stopped them); the steps up to there are served with
@@ -34,6 +34,7 @@
 mod agree;
 mod data_file;
 mod index_build;
+pub mod mpi_raw;
 mod node_memory;
 mod step_ready;
 pub mod topology;
@@ -53,16 +54,16 @@ use step_ready::{Progress, ReadSchedule, StepReads};
 use topology::NodeTopology;
 pub use topology::{prepare, release_memory};
 
-use crate::cursor::{Cursor, DatabaseIdentity, JobCursor, CURSOR_BYTES};
-use crate::database::data_file_path;
-use crate::error::{Error, Result};
-use crate::format::PAGEHDRSZ;
 use crate::mpi_raw::{Comm, RawComm, ReduceOp, ThreadLevel};
-use crate::order::{EpochOrder, Shuffle};
-use crate::plan::{CoalesceOptions, ReadPlan, ReadRun};
-use crate::resume::{self, JobSchedule};
-use crate::schedule::{Partition, Schedule, Slot, Tail};
-use crate::values::overflow_header_problem;
+use lmdbio_core::cursor::{Cursor, DatabaseIdentity, JobCursor, CURSOR_BYTES};
+use lmdbio_core::database::data_file_path;
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::format::PAGEHDRSZ;
+use lmdbio_core::order::{EpochOrder, Shuffle};
+use lmdbio_core::plan::{CoalesceOptions, ReadPlan, ReadRun};
+use lmdbio_core::resume::{self, JobSchedule};
+use lmdbio_core::schedule::{Partition, Schedule, Slot, Tail};
+use lmdbio_core::values::overflow_header_problem;
 
 /// How the engine reads. Defaults suit a bulk-loaded image database.
 #[derive(Debug, Clone)]
@@ -107,7 +108,7 @@ pub struct EngineOptions {
     /// MPI-IO hints passed at open, on top of [`DEFAULT_HINTS`] (a key
     /// given here replaces the default).
     pub hints: Vec<(String, String)>,
-    /// Shuffle every epoch with this seed (see [`crate::order`]).
+    /// Shuffle every epoch with this seed (see [`lmdbio_core::order`]).
     pub shuffle_seed: Option<u64>,
     /// Records per shuffled chunk; `None`: about 4 MiB of values.
     pub shuffle_chunk: Option<u64>,
@@ -118,7 +119,7 @@ pub struct EngineOptions {
     pub resume: Option<Cursor>,
     /// Continue from a job cursor ([`Engine::job_cursor`]) taken with the
     /// same order options and database: exactly on the same rank count, or
-    /// on another one when `repartition` is set (see [`crate::resume`]).
+    /// on another one when `repartition` is set (see [`lmdbio_core::resume`]).
     pub resume_job: Option<JobCursor>,
     /// Allow `resume_job` from a job of another rank count: the records of
     /// the current epoch nobody was handed yet are split among this job's
@@ -509,7 +510,7 @@ struct Opened {
     file: Option<Arc<DataFile>>,
     memory: NodeMemory,
     database: DatabaseIdentity,
-    index_io: crate::source::IoSnapshot,
+    index_io: lmdbio_core::source::IoSnapshot,
     schedule: JobSchedule,
     order: EpochOrder,
     step: u64,

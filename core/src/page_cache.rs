@@ -114,8 +114,9 @@ pub fn set_direct(file: &File, on: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether `file`'s open file description reads around the page cache.
-#[cfg(all(test, target_os = "linux"))]
+/// Whether `file`'s open file description reads around the page cache
+/// (`O_DIRECT` is set on it). Tests use it to check what a reader opened.
+#[cfg(target_os = "linux")]
 pub fn is_direct(file: &File) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     // SAFETY: F_GETFL on a descriptor we own; no memory is passed.

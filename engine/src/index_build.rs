@@ -6,11 +6,13 @@
 use super::agree::{agree, agree_ok, local};
 use super::data_file::{DataFile, DataSource};
 use super::node_memory::{entries_as_bytes, NodeMemory};
-use crate::database::{Database, Tree};
-use crate::error::{Error, Result};
-use crate::index::{check_index, parse_leaves, walk_tree, IndexOptions, IndexPart, TreePages};
 use crate::mpi_raw::Comm;
-use crate::source::{IoSnapshot, ReadAt};
+use lmdbio_core::database::{Database, Tree};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::index::{
+    check_index, parse_leaves, walk_tree, IndexOptions, IndexPart, TreePages,
+};
+use lmdbio_core::source::{IoSnapshot, ReadAt};
 
 /// The tree scanned, before the node's shared index exists.
 pub(crate) struct ScannedIndex<'f> {

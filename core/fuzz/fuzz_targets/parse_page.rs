@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lmdbio::format::{LeafValue, MdbDb, MdbMeta, PageHeader, TreePage};
+use lmdbio_core::format::{LeafValue, MdbDb, MdbMeta, PageHeader, TreePage};
 
 fuzz_target!(|data: &[u8]| {
     let _ = MdbMeta::parse(data);

@@ -11,9 +11,9 @@
 
 use std::sync::atomic::AtomicU64;
 
-use crate::error::{Error, Result};
-use crate::index::RecordEntry;
 use crate::mpi_raw::SharedWindow;
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::index::RecordEntry;
 
 const ENTRY: usize = std::mem::size_of::<RecordEntry>();
 const PAGE: usize = 4096;

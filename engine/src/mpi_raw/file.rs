@@ -11,9 +11,9 @@ use mpi::ffi;
 use std::sync::atomic::Ordering;
 
 use super::{check, Comm, ReduceOp};
-use crate::error::{Error, Result};
-use crate::plan::ReadRun;
-use crate::source::{IoCounters, IoSnapshot, ReadAt};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::plan::ReadRun;
+use lmdbio_core::source::{IoCounters, IoSnapshot, ReadAt};
 
 /// Largest block one datatype entry or count may describe (an `int`).
 const MAX_BLOCK: u64 = 1 << 30;

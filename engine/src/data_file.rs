@@ -14,8 +14,8 @@
 //!   Rounds the page cache does not hold are read around it (direct I/O)
 //!   where the file system allows: straight into the window where it is in
 //!   huge pages, else into a small buffer of the reader's own in huge pages
-//!   and copied into the window; see [`DirectIo`], [`crate::page_cache`]
-//!   and [`crate::huge_pages`].
+//!   and copied into the window; see [`DirectIo`], [`lmdbio_core::page_cache`]
+//!   and [`lmdbio_core::huge_pages`].
 //! * Collective reads: the readers open the file together with MPI-IO and
 //!   read with `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes
 //!   when its hints enable collective buffering.
@@ -25,13 +25,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::EngineOptions;
-use crate::error::{Error, Result};
-use crate::huge_pages::{copy_streaming, StagingBuffer, HUGE_PAGE};
-use crate::index::{consecutive_runs, TreePages};
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
-use crate::page_cache::DirectAlignment;
-use crate::plan::ReadRun;
-use crate::source::{FileSource, IoSnapshot, ReadAt};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::huge_pages::{copy_streaming, StagingBuffer, HUGE_PAGE};
+use lmdbio_core::index::{consecutive_runs, TreePages};
+use lmdbio_core::page_cache::DirectAlignment;
+use lmdbio_core::plan::ReadRun;
+use lmdbio_core::source::{FileSource, IoSnapshot, ReadAt};
 
 /// Whether independent reads go around the kernel's page cache.
 ///
@@ -52,7 +52,7 @@ pub enum DirectIo {
     Never,
     /// Read a round directly when the file system supports it, the page
     /// cache holds less than half of the round's bytes, and the bytes can
-    /// land in huge pages (the window, as [`crate::engine::prepare`] found
+    /// land in huge pages (the window, as [`crate::prepare`] found
     /// it, or a staging buffer); through the cache otherwise (a file read
     /// recently, a kernel that cannot say what it holds: `cachestat` is
     /// Linux 6.5+, or one that gives no huge pages). On a file system
@@ -105,7 +105,7 @@ pub(crate) struct OwnFile {
     /// Which way the descriptor reads, and the reads relying on it.
     descriptor: DescriptorMode,
     /// The file system may be served by another machine (see
-    /// [`crate::page_cache::on_local_file_system`]).
+    /// [`lmdbio_core::page_cache::on_local_file_system`]).
     served_remotely: bool,
     /// A second descriptor that the tree is scanned through, opened on
     /// the first scan if it is to read around the caches
@@ -1113,12 +1113,12 @@ mod tests {
             return; // no direct reads on this file system
         }
         let first = file.descriptor.enter(&file.source, true).unwrap();
-        assert!(file.source.is_direct());
+        assert!(file.source.is_direct().unwrap());
         let cached = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
                 let _held = file.descriptor.enter(&file.source, false).unwrap();
-                assert!(!file.source.is_direct());
+                assert!(!file.source.is_direct().unwrap());
                 cached.store(true, Ordering::SeqCst);
             });
             // Another direct read joins the one in progress ...
@@ -1126,15 +1126,15 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             // ... while the cached one waits for both.
             assert!(!cached.load(Ordering::SeqCst));
-            assert!(file.source.is_direct());
+            assert!(file.source.is_direct().unwrap());
             drop(second);
             std::thread::sleep(std::time::Duration::from_millis(20));
             assert!(!cached.load(Ordering::SeqCst));
-            assert!(file.source.is_direct());
+            assert!(file.source.is_direct().unwrap());
             drop(first);
         });
         assert!(cached.load(Ordering::SeqCst));
-        assert!(!file.source.is_direct());
+        assert!(!file.source.is_direct().unwrap());
         std::fs::remove_file(path).unwrap();
     }
 

@@ -21,7 +21,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::plan::ReadPlan;
+use lmdbio_core::plan::ReadPlan;
 
 const FAILED: u64 = 1 << 31;
 /// Where the tag's low four bits sit in the low half.
@@ -273,7 +273,7 @@ mod futex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{CoalesceOptions, ReadPlan};
+    use lmdbio_core::plan::{CoalesceOptions, ReadPlan};
 
     fn plan(spans: &[(u64, u64)], target: u64) -> ReadPlan {
         ReadPlan::for_spans(spans, CoalesceOptions { target, max_gap: 0 })
