@@ -14,17 +14,13 @@
 #   DB       the database   (default target/bench-data/image-7700)
 #   MPIEXEC  launcher       (default mpiexec.mpich)
 #   SUMMARY_ONLY=1  only (re)write the summary from OUTDIR's JSON
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-if [ $# -ne 3 ]; then
-  echo "usage: $0 OUTDIR OLD_LMDBIO NEW_LMDBIO" >&2
-  exit 2
-fi
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh"
+bench_usage 3 "OUTDIR OLD_LMDBIO NEW_LMDBIO" "$@"
 out=$1
 declare -A bin=([old]=$2 [new]=$3)
 db=${DB:-target/bench-data/image-7700}
-launcher=${MPIEXEC:-mpiexec.mpich}
+bench_launcher
 mkdir -p "$out"
 
 if [ -z "${SUMMARY_ONLY:-}" ]; then
@@ -32,7 +28,7 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
     for point in ${POINTS:-8:1 4:1 2:2 8:2 2:1}; do
       p=${point%:*} k=${point#*:}
       for build in old new; do
-        "$launcher" -n "$p" "${bin[$build]}" bench --ranks-per-node "$k" \
+        "${launcher[@]}" -n "$p" "${bin[$build]}" bench --ranks-per-node "$k" \
           --method raw --method raw-node --method lmdbio --repeat 6 --cold \
           --json "$out/$build-p$p-k$k-$i.json" "$db" >/dev/null
       done

@@ -7,8 +7,8 @@
 # usage: scripts/bench-convert.sh [IMAGES] [SIDE] [jpg|png] [REPS] [WORKDIR]
 # OUT_DIR=/dev/shm puts the databases on tmpfs (no disk writes: the
 # conversion work alone); by default they go to WORKDIR (a real disk).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh"
 
 images=${1:-5000}
 side=${2:-256}

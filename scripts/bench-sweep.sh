@@ -19,26 +19,18 @@
 #   PAGE_REPORTING=keep  leave the kernel's free page reporting on (it is
 #              suspended while the sweep runs where possible: see
 #              scripts/page-reporting.sh)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 DB OUTDIR" >&2
-  exit 2
-fi
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh"
+bench_usage 2 "DB OUTDIR" "$@"
 db=$1
 out=$2
 ranks=${RANKS:-1 2 4 8}
 per_node=${PER_NODE:-1 2}
 methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled}
 bench_args=${BENCH_ARGS:---batch 64 --cold --repeat ${REPEAT:-3}}
-mpiexec=${MPIEXEC:-mpiexec.mpich}
 lmdbio=${LMDBIO:-target/release/lmdbio}
 
-if [ ! -e "$db" ]; then
-  echo "$0: no database at $db" >&2
-  exit 1
-fi
+bench_need_db "$db"
 if [ ! -x "$lmdbio" ]; then
   MPICC=${MPICC:-mpicc.mpich} cargo build --release -q -p lmdbio-tools
 fi
@@ -51,14 +43,7 @@ trap 'exit 130' INT TERM
 method_args=()
 for m in $methods; do method_args+=(--method "$m"); done
 
-# Open MPI refuses root and more ranks than cores unless told.
-launcher=("$mpiexec")
-case "$("$mpiexec" --version 2>&1 | head -n 3)" in
-  *"Open MPI"* | *OpenRTE*)
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    launcher+=(--oversubscribe)
-    ;;
-esac
+bench_launcher
 
 {
   echo "command: $0 $*"

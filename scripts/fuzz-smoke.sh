@@ -128,7 +128,7 @@ seed_corpus() {
         bs=4096 skip="$p" count=1 status=none
     done
   done
-  log "seeded $(ls "$CORPUS/parse_db" | wc -l) data files and $(ls "$CORPUS/parse_page" | wc -l) pages in $CORPUS"
+  log "seeded $(find "$CORPUS/parse_db" -type f | wc -l) data files and $(find "$CORPUS/parse_page" -type f | wc -l) pages in $CORPUS"
 }
 
 seed_corpus

@@ -10,23 +10,16 @@
 # DB is copied onto the volume first. The sweep's settings come from the
 # environment as for scripts/bench-sweep.sh. Run as root (mount, daemons,
 # drop_caches). Installs glusterfs-server and glusterfs-client if missing.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 DB OUTDIR" >&2
-  exit 2
-fi
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh"
+bench_usage 2 "DB OUTDIR" "$@"
 db=$1
 out=$2
 if [ "$(id -u)" -ne 0 ]; then
   echo "$0: needs root (mount, glusterd, drop_caches)" >&2
   exit 1
 fi
-if [ ! -e "$db" ]; then
-  echo "$0: no database at $db" >&2
-  exit 1
-fi
+bench_need_db "$db"
 
 if ! command -v glusterd >/dev/null || ! command -v mount.glusterfs >/dev/null; then
   echo "gluster: installing glusterfs-server glusterfs-client"

@@ -1,3 +1,7 @@
+# shellcheck shell=bash
+# page_reporting_state is for the scripts that source this:
+# shellcheck disable=SC2034
+#
 # Sourced by the benchmark scripts: suspends the kernel's free page
 # reporting (virtio-balloon) for the duration of a benchmark and restores
 # it on exit.

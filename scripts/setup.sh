@@ -12,6 +12,7 @@ BOOKWORM_PACKAGES=(
   mpich libmpich-dev            # the default MPI (what CI uses)
   openmpi-bin libopenmpi-dev    # the second MPI the engine must work with
   libclang-dev clang            # bindgen
+  shellcheck                    # scripts/test.sh lints scripts/*.sh
   liblmdb-dev lmdb-utils        # the writer and the oracle (mdb_dump, mdb_stat)
   libhdf5-dev                   # lmdbio convert --hdf5
   python3
@@ -54,7 +55,6 @@ Suites: bullseye
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-    NEED_UPDATE=1
   fi
   if [ ! -f "$pin" ]; then
     $SUDO tee "$pin" >/dev/null <<'EOF'
@@ -62,11 +62,9 @@ Package: *
 Pin: release n=bullseye
 Pin-Priority: 100
 EOF
-    NEED_UPDATE=1
   fi
 }
 
-NEED_UPDATE=0
 configure_bullseye
 
 mapfile -t missing_main < <(missing_packages "${BOOKWORM_PACKAGES[@]}")
