@@ -101,6 +101,46 @@ typedef struct lmdbio_counters {
   uint64_t step_agreements;
 } lmdbio_counters;
 
+/* The structs' layouts are part of the ABI. On LP64 systems (x86_64,
+ * aarch64) they are fixed as asserted here: every field 8 bytes, in the
+ * order declared. A C11 compiler checks this on every include. */
+#if defined(__LP64__) && !defined(__cplusplus) && defined(__STDC_VERSION__) && \
+    __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(lmdbio_record) == 48, "lmdbio_record is 48 bytes");
+_Static_assert(_Alignof(lmdbio_record) == 8, "lmdbio_record is 8-aligned");
+_Static_assert(offsetof(lmdbio_record, key) == 0, "lmdbio_record.key");
+_Static_assert(offsetof(lmdbio_record, key_len) == 8, "lmdbio_record.key_len");
+_Static_assert(offsetof(lmdbio_record, value) == 16, "lmdbio_record.value");
+_Static_assert(offsetof(lmdbio_record, value_len) == 24, "lmdbio_record.value_len");
+_Static_assert(offsetof(lmdbio_record, ordinal) == 32, "lmdbio_record.ordinal");
+_Static_assert(offsetof(lmdbio_record, epoch) == 40, "lmdbio_record.epoch");
+_Static_assert(sizeof(lmdbio_batch) == 32, "lmdbio_batch is 32 bytes");
+_Static_assert(_Alignof(lmdbio_batch) == 8, "lmdbio_batch is 8-aligned");
+_Static_assert(offsetof(lmdbio_batch, records) == 0, "lmdbio_batch.records");
+_Static_assert(offsetof(lmdbio_batch, count) == 8, "lmdbio_batch.count");
+_Static_assert(offsetof(lmdbio_batch, step) == 16, "lmdbio_batch.step");
+_Static_assert(offsetof(lmdbio_batch, epoch) == 24, "lmdbio_batch.epoch");
+_Static_assert(sizeof(lmdbio_counters) == 96, "lmdbio_counters is 96 bytes");
+_Static_assert(_Alignof(lmdbio_counters) == 8, "lmdbio_counters is 8-aligned");
+_Static_assert(offsetof(lmdbio_counters, bytes_read) == 0, "lmdbio_counters.bytes_read");
+_Static_assert(offsetof(lmdbio_counters, read_requests) == 8, "lmdbio_counters.read_requests");
+_Static_assert(offsetof(lmdbio_counters, file_opens) == 16, "lmdbio_counters.file_opens");
+_Static_assert(offsetof(lmdbio_counters, index_bytes_read) == 24,
+               "lmdbio_counters.index_bytes_read");
+_Static_assert(offsetof(lmdbio_counters, bytes_delivered) == 32,
+               "lmdbio_counters.bytes_delivered");
+_Static_assert(offsetof(lmdbio_counters, records_delivered) == 40,
+               "lmdbio_counters.records_delivered");
+_Static_assert(offsetof(lmdbio_counters, rounds) == 48, "lmdbio_counters.rounds");
+_Static_assert(offsetof(lmdbio_counters, io_seconds) == 56, "lmdbio_counters.io_seconds");
+_Static_assert(offsetof(lmdbio_counters, wait_seconds) == 64, "lmdbio_counters.wait_seconds");
+_Static_assert(offsetof(lmdbio_counters, setup_made) == 72, "lmdbio_counters.setup_made");
+_Static_assert(offsetof(lmdbio_counters, direct_read_requests) == 80,
+               "lmdbio_counters.direct_read_requests");
+_Static_assert(offsetof(lmdbio_counters, step_agreements) == 88,
+               "lmdbio_counters.step_agreements");
+#endif
+
 const char *lmdbio_last_error(void);
 
 int lmdbio_options_new(lmdbio_options **out);

@@ -123,53 +123,81 @@ impl Error {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    NotFound,
-    Io,
-    Truncated,
-    NotLmdb,
-    Corrupt,
-    Unsupported,
-    NoSuchDatabase,
-    InvalidArgument,
-    ResourceLimit,
-    Mpi,
-    Internal,
+/// Declares [`ErrorKind`] and [`ErrorKind::ALL`] from one list, so that no
+/// kind can miss its number or its place in `ALL`.
+macro_rules! error_kinds {
+    ($($(#[$doc:meta])* $kind:ident = $code:literal,)*) => {
+        /// What kind of failure an [`Error`] is. The discriminants are the
+        /// stable numbers of the C ABI (`LMDBIO_ERR_*` in
+        /// `include/lmdbio.h`, checked by the abi-check crate) and of a kind
+        /// carried between ranks: never renumber, add at the end.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(i32)]
+        pub enum ErrorKind {
+            $($(#[$doc])* $kind = $code,)*
+        }
+
+        impl ErrorKind {
+            /// Every kind, in code order.
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind),*];
+        }
+    };
+}
+
+error_kinds! {
+    /// [`Error::NotFound`].
+    NotFound = 1,
+    /// [`Error::Io`].
+    Io = 2,
+    /// [`Error::Truncated`].
+    Truncated = 3,
+    /// [`Error::NotLmdb`].
+    NotLmdb = 4,
+    /// [`Error::Corrupt`].
+    Corrupt = 5,
+    /// [`Error::Unsupported`].
+    Unsupported = 6,
+    /// [`Error::NoSuchDatabase`].
+    NoSuchDatabase = 7,
+    /// [`Error::InvalidArgument`].
+    InvalidArgument = 8,
+    /// [`Error::ResourceLimit`].
+    ResourceLimit = 9,
+    /// [`Error::Mpi`].
+    Mpi = 10,
+    /// [`Error::Internal`].
+    Internal = 11,
 }
 
 impl ErrorKind {
-    /// Stable numbers for the C ABI and for carrying a kind between ranks.
-    /// Never renumber; add at the end.
-    pub fn code(self) -> i32 {
-        match self {
-            ErrorKind::NotFound => 1,
-            ErrorKind::Io => 2,
-            ErrorKind::Truncated => 3,
-            ErrorKind::NotLmdb => 4,
-            ErrorKind::Corrupt => 5,
-            ErrorKind::Unsupported => 6,
-            ErrorKind::NoSuchDatabase => 7,
-            ErrorKind::InvalidArgument => 8,
-            ErrorKind::ResourceLimit => 9,
-            ErrorKind::Mpi => 10,
-            ErrorKind::Internal => 11,
-        }
+    /// The kind's stable number.
+    pub const fn code(self) -> i32 {
+        self as i32
     }
 
+    /// The kind numbered `code`; a number no kind has is taken for an MPI
+    /// failure (what a rank that never set a kind reports).
     pub fn from_code(code: i32) -> ErrorKind {
-        match code {
-            1 => ErrorKind::NotFound,
-            2 => ErrorKind::Io,
-            3 => ErrorKind::Truncated,
-            4 => ErrorKind::NotLmdb,
-            5 => ErrorKind::Corrupt,
-            6 => ErrorKind::Unsupported,
-            7 => ErrorKind::NoSuchDatabase,
-            8 => ErrorKind::InvalidArgument,
-            9 => ErrorKind::ResourceLimit,
-            11 => ErrorKind::Internal,
-            _ => ErrorKind::Mpi,
+        ErrorKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.code() == code)
+            .unwrap_or(ErrorKind::Mpi)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    #[test]
+    fn codes_run_from_one_and_round_trip() {
+        for (i, &kind) in ErrorKind::ALL.iter().enumerate() {
+            assert_eq!(kind.code(), i as i32 + 1, "{kind:?}: codes run 1, 2, ...");
+            assert_eq!(ErrorKind::from_code(kind.code()), kind);
         }
+        assert_eq!(ErrorKind::Internal.code(), 11);
+        assert_eq!(ErrorKind::from_code(0), ErrorKind::Mpi);
+        assert_eq!(ErrorKind::from_code(99), ErrorKind::Mpi);
     }
 }

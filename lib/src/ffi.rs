@@ -10,7 +10,7 @@
 #![allow(non_camel_case_types, clippy::missing_safety_doc)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -20,7 +20,48 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::RawComm;
 use crate::schedule::{Partition, Tail};
 
+/// The header's `MPI_Comm`, as the MPI library in use declares it.
+pub type MPI_Comm = RawComm;
+
+pub const LMDBIO_VERSION_MAJOR: c_int = version_part(env!("CARGO_PKG_VERSION_MAJOR"));
+pub const LMDBIO_VERSION_MINOR: c_int = version_part(env!("CARGO_PKG_VERSION_MINOR"));
+pub const LMDBIO_VERSION_PATCH: c_int = version_part(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// A decimal part of the crate's version, at compile time.
+const fn version_part(digits: &str) -> c_int {
+    let digits = digits.as_bytes();
+    let (mut value, mut i) = (0, 0);
+    while i < digits.len() {
+        value = value * 10 + (digits[i] - b'0') as c_int;
+        i += 1;
+    }
+    value
+}
+
+// Status codes: ErrorKind's numbers.
 pub const LMDBIO_OK: c_int = 0;
+pub const LMDBIO_ERR_NOT_FOUND: c_int = ErrorKind::NotFound as c_int;
+pub const LMDBIO_ERR_IO: c_int = ErrorKind::Io as c_int;
+pub const LMDBIO_ERR_TRUNCATED: c_int = ErrorKind::Truncated as c_int;
+pub const LMDBIO_ERR_NOT_LMDB: c_int = ErrorKind::NotLmdb as c_int;
+pub const LMDBIO_ERR_CORRUPT: c_int = ErrorKind::Corrupt as c_int;
+pub const LMDBIO_ERR_UNSUPPORTED: c_int = ErrorKind::Unsupported as c_int;
+pub const LMDBIO_ERR_NO_SUCH_DATABASE: c_int = ErrorKind::NoSuchDatabase as c_int;
+pub const LMDBIO_ERR_INVALID_ARGUMENT: c_int = ErrorKind::InvalidArgument as c_int;
+pub const LMDBIO_ERR_RESOURCE_LIMIT: c_int = ErrorKind::ResourceLimit as c_int;
+pub const LMDBIO_ERR_MPI: c_int = ErrorKind::Mpi as c_int;
+pub const LMDBIO_ERR_INTERNAL: c_int = ErrorKind::Internal as c_int;
+
+pub const LMDBIO_PARTITION_CONTIGUOUS: c_int = 0;
+pub const LMDBIO_PARTITION_ROUND_ROBIN: c_int = 1;
+pub const LMDBIO_PARTITION_STRIDED: c_int = 2;
+pub const LMDBIO_TAIL_WRAP: c_int = 0;
+pub const LMDBIO_TAIL_SHORT: c_int = 1;
+pub const LMDBIO_DIRECT_IO_NEVER: c_int = 0;
+pub const LMDBIO_DIRECT_IO_AUTO: c_int = 1;
+pub const LMDBIO_DIRECT_IO_ALWAYS: c_int = 2;
+
+pub const LMDBIO_CURSOR_BYTES: usize = crate::cursor::CURSOR_BYTES;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -81,9 +122,9 @@ pub struct lmdbio_engine {
 
 #[repr(C)]
 pub struct lmdbio_record {
-    pub key: *const u8,
+    pub key: *const c_void,
     pub key_len: usize,
-    pub value: *const u8,
+    pub value: *const c_void,
     pub value_len: usize,
     pub ordinal: u64,
     pub epoch: u64,
@@ -216,9 +257,9 @@ option_setter!(lmdbio_options_set_epoch_limit, epochs: u64, |o| o.epoch_limit =
 
 fn partition_from(mode: c_int) -> Result<Partition> {
     match mode {
-        0 => Ok(Partition::Contiguous),
-        1 => Ok(Partition::RoundRobinBatches),
-        2 => Ok(Partition::Strided),
+        LMDBIO_PARTITION_CONTIGUOUS => Ok(Partition::Contiguous),
+        LMDBIO_PARTITION_ROUND_ROBIN => Ok(Partition::RoundRobinBatches),
+        LMDBIO_PARTITION_STRIDED => Ok(Partition::Strided),
         _ => Err(Error::InvalidArgument(format!(
             "unknown partition mode {mode}"
         ))),
@@ -227,9 +268,9 @@ fn partition_from(mode: c_int) -> Result<Partition> {
 
 fn direct_io_from(when: c_int) -> Result<DirectIo> {
     match when {
-        0 => Ok(DirectIo::Never),
-        1 => Ok(DirectIo::Auto),
-        2 => Ok(DirectIo::Always),
+        LMDBIO_DIRECT_IO_NEVER => Ok(DirectIo::Never),
+        LMDBIO_DIRECT_IO_AUTO => Ok(DirectIo::Auto),
+        LMDBIO_DIRECT_IO_ALWAYS => Ok(DirectIo::Always),
         _ => Err(Error::InvalidArgument(format!(
             "unknown direct I/O setting {when}"
         ))),
@@ -238,8 +279,8 @@ fn direct_io_from(when: c_int) -> Result<DirectIo> {
 
 fn tail_from(tail: c_int) -> Result<Tail> {
     match tail {
-        0 => Ok(Tail::Wrap),
-        1 => Ok(Tail::Short),
+        LMDBIO_TAIL_WRAP => Ok(Tail::Wrap),
+        LMDBIO_TAIL_SHORT => Ok(Tail::Short),
         _ => Err(Error::InvalidArgument(format!(
             "unknown tail policy {tail}"
         ))),
@@ -311,7 +352,7 @@ pub unsafe extern "C" fn lmdbio_options_set_shuffle(
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_resume(
     options: *mut lmdbio_options,
-    cursor: *const u8,
+    cursor: *const c_void,
     len: usize,
 ) -> c_int {
     unsafe {
@@ -320,7 +361,7 @@ pub unsafe extern "C" fn lmdbio_options_set_resume(
                 return Err(null("cursor"));
             }
             // SAFETY: the caller passes len readable bytes.
-            let bytes = std::slice::from_raw_parts(cursor, len);
+            let bytes = std::slice::from_raw_parts(cursor.cast::<u8>(), len);
             o.resume = Some(Cursor::decode(bytes)?);
             o.resume_job = None;
             Ok(())
@@ -331,7 +372,7 @@ pub unsafe extern "C" fn lmdbio_options_set_resume(
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_resume_job(
     options: *mut lmdbio_options,
-    job_cursor: *const u8,
+    job_cursor: *const c_void,
     len: usize,
     repartition: c_int,
 ) -> c_int {
@@ -341,7 +382,7 @@ pub unsafe extern "C" fn lmdbio_options_set_resume_job(
                 return Err(null("job_cursor"));
             }
             // SAFETY: the caller passes len readable bytes.
-            let bytes = std::slice::from_raw_parts(job_cursor, len);
+            let bytes = std::slice::from_raw_parts(job_cursor.cast::<u8>(), len);
             o.resume_job = Some(JobCursor::decode(bytes)?);
             o.repartition = repartition != 0;
             o.resume = None;
@@ -354,7 +395,7 @@ pub unsafe extern "C" fn lmdbio_options_set_resume_job(
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_cursor_get(
     engine: *const lmdbio_engine,
-    buf: *mut u8,
+    buf: *mut c_void,
     len: usize,
     out_len: *mut usize,
 ) -> c_int {
@@ -366,7 +407,7 @@ pub unsafe extern "C" fn lmdbio_cursor_get(
         unsafe {
             copy_out(
                 &bytes,
-                buf,
+                buf.cast(),
                 len,
                 out_len,
                 "the cursor",
@@ -427,7 +468,7 @@ pub unsafe extern "C" fn lmdbio_job_cursor_size(
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_job_cursor_get(
     engine: *const lmdbio_engine,
-    buf: *mut u8,
+    buf: *mut c_void,
     len: usize,
     out_len: *mut usize,
 ) -> c_int {
@@ -441,7 +482,7 @@ pub unsafe extern "C" fn lmdbio_job_cursor_get(
         unsafe {
             copy_out(
                 &bytes,
-                buf,
+                buf.cast(),
                 len,
                 out_len,
                 "the job cursor",
@@ -462,7 +503,7 @@ unsafe fn options_or_default(options: *const lmdbio_options) -> EngineOptions {
 
 /// Collective over `comm`.
 #[no_mangle]
-pub unsafe extern "C" fn lmdbio_prepare(comm: RawComm, options: *const lmdbio_options) -> c_int {
+pub unsafe extern "C" fn lmdbio_prepare(comm: MPI_Comm, options: *const lmdbio_options) -> c_int {
     guard(|| {
         // SAFETY: forwarded from the caller.
         let options = unsafe { options_or_default(options) };
@@ -482,7 +523,7 @@ pub extern "C" fn lmdbio_release_memory() -> c_int {
 /// Collective over `comm`.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_open(
-    comm: RawComm,
+    comm: MPI_Comm,
     path: *const c_char,
     options: *const lmdbio_options,
     out: *mut *mut lmdbio_engine,
@@ -524,9 +565,9 @@ pub unsafe extern "C" fn lmdbio_next_batch(
         for (i, r) in batch.records().iter().enumerate() {
             let (key, value) = (batch.key(i), batch.value(i));
             records.push(lmdbio_record {
-                key: key.as_ptr(),
+                key: key.as_ptr().cast(),
                 key_len: key.len(),
-                value: value.as_ptr(),
+                value: value.as_ptr().cast(),
                 value_len: value.len(),
                 ordinal: r.ordinal,
                 epoch: r.epoch,
