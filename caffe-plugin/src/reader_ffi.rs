@@ -1,15 +1,15 @@
 //! The C functions behind the zero-change cursor (`cpp/partition_reader.h`):
 //! a [`PartitionReader`] behind an opaque pointer. Every function runs inside
-//! a panic boundary; failures return nonzero and leave a message for
-//! `lmdbio_caffe_last_error` on the calling thread.
+//! lmdbio's panic boundary ([`lmdbio::c_boundary`]); failures return nonzero
+//! and leave a message for `lmdbio_caffe_last_error` on the calling thread.
 
 // C names and contracts, documented in cpp/partition_reader.h.
 #![allow(non_camel_case_types, clippy::missing_safety_doc)]
 
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::Path;
+
+use lmdbio::c_boundary::last_error;
 
 use crate::partition_reader::PartitionReader;
 
@@ -18,23 +18,9 @@ const PAST_END: &str = "the cursor is past the end of its share";
 
 pub type lmdbio_caffe_reader = PartitionReader;
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn fail(message: &str) -> c_int {
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
-    1
-}
-
-/// Runs `body`; an error or a panic becomes status 1 with a message.
+/// Runs `body` behind lmdbio's boundary: failures return 1.
 fn guard(body: impl FnOnce() -> Result<(), String>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(message)) => fail(&message),
-        Err(_) => fail("internal error: a panic was caught in libcaffe_lmdbio (please report)"),
-    }
+    lmdbio::c_boundary::guard(body)
 }
 
 /// # Safety
@@ -48,7 +34,7 @@ unsafe fn reader<'a>(reader: *mut lmdbio_caffe_reader) -> Result<&'a mut Partiti
 /// Message of this thread's last failure.
 #[no_mangle]
 pub extern "C" fn lmdbio_caffe_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    last_error()
 }
 
 #[no_mangle]

@@ -1,6 +1,7 @@
-//! The C ABI (`include/lmdbio.h`). Every function runs inside one panic
-//! boundary, returns an `int` status (0 on success, an `ErrorKind` code
-//! otherwise) and leaves a message for `lmdbio_last_error` on its thread.
+//! The C ABI (`include/lmdbio.h`). Every function runs inside the panic
+//! boundary of [`crate::c_boundary`], returns an `int` status (0 on success,
+//! an `ErrorKind` code otherwise) and leaves a message for
+//! `lmdbio_last_error` on its thread.
 //! Outputs are written only on success.
 //!
 //! The pointer contracts of each function (what may be NULL, who owns what,
@@ -9,11 +10,10 @@
 // C names and C contracts, documented in the header.
 #![allow(non_camel_case_types, clippy::missing_safety_doc)]
 
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
 
+use crate::c_boundary::last_error;
 use crate::cursor::{Cursor, JobCursor};
 use crate::engine::{Counters, DirectIo, Engine, EngineOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -63,31 +63,9 @@ pub const LMDBIO_DIRECT_IO_ALWAYS: c_int = 2;
 
 pub const LMDBIO_CURSOR_BYTES: usize = crate::cursor::CURSOR_BYTES;
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_last_error(message: &str) {
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
-}
-
-/// Runs `body`, turning errors and panics into status codes.
+/// Runs `body` behind the C boundary: failures return their kind's code.
 fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => {
-            set_last_error("");
-            LMDBIO_OK
-        }
-        Ok(Err(e)) => {
-            set_last_error(&e.to_string());
-            e.kind().code()
-        }
-        Err(_) => {
-            set_last_error("internal error: a panic was caught at the C boundary (please report)");
-            ErrorKind::Internal.code()
-        }
-    }
+    crate::c_boundary::guard(body)
 }
 
 fn null(what: &str) -> Error {
@@ -177,7 +155,7 @@ impl From<Counters> for lmdbio_counters {
 /// Valid until the next lmdbio call on this thread.
 #[no_mangle]
 pub extern "C" fn lmdbio_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    last_error()
 }
 
 #[no_mangle]

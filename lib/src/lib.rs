@@ -9,7 +9,8 @@
 //! * `lmdbio-engine` (`engine/`): the MPI read engine and the thin unsafe
 //!   layer over MPI. Re-exported here as [`engine`] and [`mpi_raw`].
 //! * `lmdbio` (`lib/`, this crate): the C ABI ([`ffi`], `include/lmdbio.h`),
-//!   built as `liblmdbio.so` and `liblmdbio.a`.
+//!   built as `liblmdbio.so` and `liblmdbio.a`, and the panic boundary it
+//!   shares with the Caffe plugin ([`c_boundary`]).
 //!
 //! # The data path
 //!
@@ -73,6 +74,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod c_boundary;
 pub mod ffi;
 
 pub use lmdbio_core::{
