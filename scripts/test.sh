@@ -22,6 +22,13 @@ cargo fmt --all -- --check
 
 step "lint"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
+shellcheck -x scripts/*.sh
+
+step "docs build without warnings"
+RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked -q
+
+step "C ABI: include/lmdbio.h against lmdbio::ffi (abi-check)"
+cargo test --locked -q -p lmdbio-abi-check
 
 step "lmdbio-core builds and tests with no MPI"
 # The core (parser, index, plans, schedules, cursors) must not need an MPI
@@ -54,6 +61,8 @@ cargo test --workspace --locked
 step "MPI tests again with Open MPI (built against it in its own target dir)"
 MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
   cargo test --locked --target-dir target/openmpi -p lmdbio-tools --test mpi --test c_abi
+# The header's MPI_Comm is Open MPI's pointer here, MPICH's int above.
+MPICC=mpicc.openmpi cargo test --locked -q --target-dir target/openmpi -p lmdbio-abi-check
 MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe" \
   cargo test --locked --target-dir target/openmpi -p lmdbio-caffe --test caffe
 # Open MPI's ROMIO component (not its default OMPIO) crashed in

@@ -17,7 +17,7 @@
 //!   on a few threads, or collective MPI-IO; optionally staggered)
 //!   straight into the node's shared window, one round after another, in
 //!   the order the steps need them, publishing their progress there
-//!   ([`step_ready`]). The next round's reads are queued while the ranks
+//!   (`step_ready`). The next round's reads are queued while the ranks
 //!   are served this one, into the other half of the window. A step is
 //!   served as soon as its own runs are in; every rank gets pointers into
 //!   the window. Nothing is copied after the read.

@@ -3,7 +3,7 @@
 //! label), one commit per 1000 records. Used by `scripts/demo.sh` until
 //! `lmdbio convert` builds the sample from an image folder.
 //!
-//! usage: lmdbio-sample-db OUT RECORDS [SIDE] [CHANNELS]
+//! usage: `lmdbio-sample-db OUT RECORDS [SIDE] [CHANNELS]`
 
 use std::process::ExitCode;
 

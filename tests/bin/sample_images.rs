@@ -1,7 +1,7 @@
 //! Writes a sample image folder for `lmdbio convert --folders`: one
 //! sub-folder per class of seeded pictures (see `lmdbio_testkit::images`).
 //!
-//! usage: lmdbio-sample-images ROOT CLASSES PER_CLASS [SIDE] [png|jpg|bmp|ppm]
+//! usage: `lmdbio-sample-images ROOT CLASSES PER_CLASS [SIDE] [png|jpg|bmp|ppm]`
 
 use std::process::ExitCode;
 

@@ -247,7 +247,7 @@ impl Comm {
         Ok(unsafe { result == ffi::RSMPI_IDENT || result == ffi::RSMPI_CONGRUENT })
     }
 
-    /// A barrier that waits without spinning (see [`wait_politely`]).
+    /// A barrier that waits without spinning (see `wait_politely`).
     pub fn barrier(&self) -> Result<()> {
         let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: valid communicator and request out pointer.
