@@ -16,6 +16,7 @@ const CPP_SOURCES: &[&str] = &[
     "cpp/lmdbio_db.cpp",
     "cpp/worker_pool.cpp",
     "cpp/lmdbio_data_layer.cpp",
+    "cpp/data_parallel.cpp",
 ];
 
 fn main() {

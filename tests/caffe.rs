@@ -78,6 +78,12 @@ impl Mode {
 /// position depends on `c`, so a tiny net learns it within a few dozen
 /// iterations.
 fn mnist_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
+    digits_lmdb(dir, "mnist_lmdb", n, seed, 150, 120)
+}
+
+/// As [`mnist_lmdb`], into `dir/name`, with the bar's brightness `on` (the
+/// background is 40) and uniform pixel noise of width `noise`.
+fn digits_lmdb(dir: &Path, name: &str, n: usize, seed: u64, on: i64, noise: u64) -> PathBuf {
     let mut rng = kit::Rng::new(seed);
     let mut images = Vec::with_capacity(16 + n * 784);
     for word in [0x803u32, n as u32, 28, 28] {
@@ -92,21 +98,24 @@ fn mnist_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
         labels.push(class as u8);
         for y in 0..28 {
             for x in 0..28 {
-                let on = if class < 5 {
+                let lit = if class < 5 {
                     y / 5 == class
                 } else {
                     x / 5 == class - 5
                 };
-                let base: i64 = if on { 150 } else { 40 };
-                let noisy = base + rng.below(120) as i64 - 60;
+                let base: i64 = if lit { on } else { 40 };
+                let noisy = base + rng.below(noise) as i64 - (noise / 2) as i64;
                 images.push(noisy.clamp(0, 255) as u8);
             }
         }
     }
-    let (img, lab) = (dir.join("images.idx"), dir.join("labels.idx"));
+    let (img, lab) = (
+        dir.join(format!("{name}.images.idx")),
+        dir.join(format!("{name}.labels.idx")),
+    );
     std::fs::write(&img, images).unwrap();
     std::fs::write(&lab, labels).unwrap();
-    let db = dir.join("mnist_lmdb");
+    let db = dir.join(name);
     let out = Command::new("convert_mnist_data")
         .arg(&img)
         .arg(&lab)
@@ -196,18 +205,7 @@ fn write_solver(dir: &Path, name: &str, mode: Mode, spec: &NetSpec) -> PathBuf {
     if let Some((batch, _)) = spec.test {
         net += &data_layer("test_data", "TEST", batch);
     }
-    net += r#"layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
-  convolution_param { num_output: 8 kernel_size: 5 stride: 1 weight_filler { type: "xavier" } } }
-layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
-  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
-layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
-layer { name: "ip1" type: "InnerProduct" bottom: "pool1" top: "ip1"
-  inner_product_param { num_output: 32 weight_filler { type: "xavier" } } }
-layer { name: "relu2" type: "ReLU" bottom: "ip1" top: "ip1" }
-layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
-  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
-"#;
+    net += LENET_LAYERS;
     let net_path = dir.join(format!("{name}.prototxt"));
     std::fs::write(&net_path, net).unwrap();
     let mut solver = format!(
@@ -222,6 +220,20 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: 
     std::fs::write(&solver_path, solver).unwrap();
     solver_path
 }
+
+/// The layers after the data layers of every net of these tests.
+const LENET_LAYERS: &str = r#"layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 5 stride: 1 weight_filler { type: "xavier" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool1" top: "ip1"
+  inner_product_param { num_output: 32 weight_filler { type: "xavier" } } }
+layer { name: "relu2" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"#;
 
 /// `caffe train` in one process (no launcher), bounded in time.
 fn train(plugin: &Path, mode: Mode, solver: &Path, env: &[(&str, &str)]) -> Output {
@@ -506,7 +518,11 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         let solver = write_solver(work.path(), &run, mode, &spec);
         let keys = work.path().join(format!("keys_{run}"));
         std::fs::create_dir_all(&keys).unwrap();
-        let mut env = vec![("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap())];
+        // Every rank logs (data-parallel training logs from rank 0 only).
+        let mut env = vec![
+            ("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap()),
+            ("LMDBIO_CAFFE_LOG_ALL_RANKS", "1"),
+        ];
         if per_node != "0" {
             env.push(("LMDBIO_CAFFE_RANKS_PER_NODE", per_node));
         }
@@ -646,10 +662,11 @@ fn damaged_databases_end_the_run_with_a_message() {
     std::fs::write(damaged.join("data.mdb"), &bytes).unwrap();
 
     // A record that is not a Datum, written by liblmdb among good ones; on
-    // two ranks it is in rank 1's share only (records 150..300), so rank 0
-    // is left waiting in a collective step when rank 1 stops.
+    // two ranks (data-parallel: odd records) it is in rank 1's share only,
+    // so rank 0 is left waiting in a collective step (the engine's or the
+    // gradient allreduce) when rank 1 stops.
     let bad_record = work.path().join("bad_record_lmdb");
-    copy_with_bad_record(&good, &bad_record, 170);
+    copy_with_bad_record(&good, &bad_record, 171);
 
     // A valid LMDB layout lmdbio refuses: duplicate keys (MDB_DUPSORT).
     let dupsort = work.path().join("dupsort_lmdb");
@@ -673,7 +690,7 @@ fn damaged_databases_end_the_run_with_a_message() {
             transform: "scale: 0.00390625",
             train_batch: 16,
             test: None,
-            // Far enough for one process to reach record 170.
+            // Far enough for one process to reach record 171.
             max_iter: 12,
         };
         let solver = write_solver(work.path(), &format!("bad_{i}"), mode, &spec);
@@ -698,6 +715,14 @@ fn damaged_databases_end_the_run_with_a_message() {
             !log.contains("Segmentation fault"),
             "{what}: crashed:\n{log}"
         );
+        if ranks > 1 && db == bad_record.as_path() {
+            // Only rank 1 failed; the plugin's glog failure function ended
+            // the job instead of leaving rank 0 waiting.
+            assert!(
+                log.contains("libcaffe_lmdbio: rank 1 failed"),
+                "{what}: rank 1 did not end the job:\n{log}"
+            );
+        }
     }
 }
 
@@ -756,4 +781,352 @@ fn write_dupsort(path: &Path) {
         }
     }
     txn.commit().unwrap();
+}
+
+// Data-parallel training (caffe-plugin/cpp/data_parallel.cpp): under
+// mpiexec the ranks train one model.
+
+/// A data-parallel run of the LeNet above: `train` with `batch` records
+/// per rank, tested on all of `test` (an Accuracy output) every
+/// `test_interval` iterations by `ranks` ranks together.
+struct ParallelRun<'a> {
+    train: &'a Path,
+    test: &'a Path,
+    test_records: usize,
+    ranks: usize,
+    /// The global batch: `global_batch / ranks` records per rank.
+    global_batch: usize,
+    max_iter: usize,
+    test_interval: usize,
+    seed: bool,
+    layer: &'a str,
+}
+
+/// Writes the net and solver of `run` (snapshots to `dir/name...`).
+fn write_parallel_solver(dir: &Path, name: &str, run: &ParallelRun) -> PathBuf {
+    let data = |layer: &str, phase: &str, source: &Path, batch: usize| {
+        format!(
+            "layer {{ name: \"{layer}\" type: \"{}\" top: \"data\" top: \"label\" include {{ phase: {phase} }}\n  transform_param {{ scale: 0.00390625 }}\n  data_param {{ source: \"{}\" batch_size: {batch} backend: LMDB }} }}\n",
+            run.layer,
+            source.display()
+        )
+    };
+    let test_batch = 100 / run.ranks;
+    let mut net = format!("name: \"{name}\"\n");
+    net += &data("data", "TRAIN", run.train, run.global_batch / run.ranks);
+    net += &data("test_data", "TEST", run.test, test_batch);
+    net += LENET_LAYERS;
+    net += "layer { name: \"accuracy\" type: \"Accuracy\" bottom: \"ip2\" bottom: \"label\" top: \"accuracy\" include { phase: TEST } }\n";
+    let net_path = dir.join(format!("{name}.prototxt"));
+    std::fs::write(&net_path, net).unwrap();
+    let mut solver = format!(
+        "net: \"{}\"\nbase_lr: 0.01\nmomentum: 0.9\nlr_policy: \"fixed\"\ndisplay: 1\nmax_iter: {}\ntest_iter: {}\ntest_interval: {}\nsnapshot_prefix: \"{}\"\nsolver_mode: CPU\n",
+        net_path.display(),
+        run.max_iter,
+        run.test_records / (test_batch * run.ranks),
+        run.test_interval,
+        dir.join(name).display()
+    );
+    if run.seed {
+        solver += "random_seed: 1234\n";
+    }
+    let path = dir.join(format!("{name}_solver.prototxt"));
+    std::fs::write(&path, solver).unwrap();
+    path
+}
+
+/// `caffe train` of `solver` on `ranks` ranks (one process without a
+/// launcher when 1), with the plugin preloaded.
+fn train_on(plugin: &Path, ranks: usize, solver: &Path, env: &[(&str, &str)]) -> Output {
+    if ranks == 1 {
+        return train(plugin, Mode::ZeroChange, solver, env);
+    }
+    let mut cmd = kit::mpiexec_within(ranks, Path::new("env"), 150);
+    cmd.arg(format!("LD_PRELOAD={}", plugin.display()));
+    for (k, v) in env {
+        cmd.arg(format!("{k}={v}"));
+    }
+    cmd.args(["caffe", "train"])
+        .arg(format!("--solver={}", solver.display()));
+    kit::run_bounded(cmd)
+}
+
+/// The test accuracies Caffe printed, in order.
+fn test_accuracies(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter_map(|l| l.split_once("Test net output #0: accuracy = "))
+        .filter_map(|(_, v)| v.trim().parse().ok())
+        .collect()
+}
+
+fn assert_close(what: &str, ours: &[f64], reference: &[f64], relative: f64) {
+    assert!(ours.len() >= reference.len(), "{what}: {ours:?}");
+    for (i, (a, b)) in ours.iter().zip(reference).enumerate() {
+        assert!(
+            (a - b).abs() <= relative * b.abs(),
+            "{what}: value {i} is {a}, one process printed {b}"
+        );
+    }
+}
+
+#[test]
+fn ranks_train_one_model_like_one_process_with_the_global_batch() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    // Dim bars in strong noise: the net is still learning (test accuracy
+    // about 0.7) after 500 iterations, so a different optimisation shows.
+    // 1999 records: no per-rank share is the same from epoch to epoch.
+    let train_db = digits_lmdb(work.path(), "train_lmdb", 1999, 21, 70, 400);
+    let test_db = digits_lmdb(work.path(), "test_lmdb", 1000, 22, 70, 400);
+    let run = |ranks: usize, max_iter: usize, layer: &str, env: &[(&str, &str)]| {
+        let spec = ParallelRun {
+            train: &train_db,
+            test: &test_db,
+            test_records: 1000,
+            ranks,
+            global_batch: 64,
+            max_iter,
+            test_interval: 100,
+            seed: true,
+            layer,
+        };
+        let name = format!("lenet_{ranks}_{layer}_{max_iter}");
+        let solver = write_parallel_solver(work.path(), &name, &spec);
+        let mut env = env.to_vec();
+        env.push(("LMDBIO_CAFFE_SNAPSHOT_ALL_RANKS", "1"));
+        let log = assert_trained(
+            &train_on(&plugin, ranks, &solver, &env),
+            &format!("{ranks} rank(s)"),
+        );
+        let prefix = work.path().join(&name);
+        let model = |suffix: &str| {
+            kit::read_file(&PathBuf::from(format!(
+                "{}{suffix}_iter_{max_iter}.caffemodel",
+                prefix.display()
+            )))
+        };
+        // Every rank ends with the same parameters, byte for byte.
+        let rank0 = model("");
+        for r in 1..ranks {
+            assert!(
+                model(&format!("_rank{r}")) == rank0,
+                "{ranks} ranks: rank {r}'s parameters differ from rank 0's"
+            );
+        }
+        log
+    };
+
+    let one_log = run(1, 500, "Data", &[]);
+    let one_losses = training_losses(&one_log);
+    let one_accuracy = test_accuracies(&one_log);
+    assert_eq!(one_losses.len(), 500, "{one_log}");
+    // Tests at 0, 100, ..., 500.
+    assert_eq!(one_accuracy.len(), 6, "{one_log}");
+    assert!(
+        one_accuracy[5] > 0.4 && one_accuracy[5] < 0.95,
+        "the task is too easy or too hard to compare: {one_accuracy:?}"
+    );
+
+    // (ranks, iterations, data layer, environment): the zero-change mode
+    // with the gradients averaged per layer (the default) and in one
+    // allreduce, and the LMDBIOData layer (the engine's strided partition).
+    for (ranks, max_iter, layer, env) in [
+        (2, 500, "Data", &[][..]),
+        (4, 200, "Data", &[][..]),
+        (2, 100, "Data", &[("LMDBIO_CAFFE_ALLREDUCE", "fused")][..]),
+        (4, 100, "LMDBIOData", &[][..]),
+    ] {
+        let log = run(ranks, max_iter, layer, env);
+        let what = format!("{ranks} ranks, {layer} {env:?}");
+        assert_eq!(
+            log.matches("Starting Optimization").count(),
+            1,
+            "{what}: ranks other than 0 logged:\n{log}"
+        );
+        let losses = training_losses(&log);
+        assert_eq!(losses.len(), max_iter, "{what}:\n{log}");
+        assert_close(&format!("{what}: loss"), &losses[..50], &one_losses[..50], 1e-3);
+        let accuracy = test_accuracies(&log);
+        let tests = max_iter / 100 + 1;
+        assert_eq!(accuracy.len(), tests, "{what}:\n{log}");
+        let last = tests - 1;
+        eprintln!(
+            "{what}: loss at iteration {} {:.5} (one process {:.5}); test accuracy at {max_iter} {} (one process {})",
+            max_iter - 1,
+            losses[max_iter - 1],
+            one_losses[max_iter - 1],
+            accuracy[last],
+            one_accuracy[last]
+        );
+        assert!(
+            (accuracy[last] - one_accuracy[last]).abs() <= 0.005,
+            "{what}: test accuracy {accuracy:?}, one process {one_accuracy:?}"
+        );
+    }
+}
+
+#[test]
+fn unseeded_ranks_start_from_rank_0s_weights_and_only_rank_0_snapshots() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let db = mnist_lmdb(work.path(), 300, 23);
+    let spec = |ranks: usize, max_iter: usize| ParallelRun {
+        train: &db,
+        test: &db,
+        test_records: 200,
+        ranks,
+        global_batch: 32,
+        max_iter,
+        test_interval: 100,
+        seed: false,
+        layer: "Data",
+    };
+    // max_iter 0: Caffe snapshots the weights it starts from.
+    let initial = |name: &str, suffix: &str| {
+        kit::read_file(&work.path().join(format!("{name}{suffix}_iter_0.caffemodel")))
+    };
+
+    // Without a seed, two single-process runs start from different weights.
+    let solver = write_parallel_solver(work.path(), "unseeded_1", &spec(1, 0));
+    assert_trained(&train_on(&plugin, 1, &solver, &[]), "one process");
+    let first = initial("unseeded_1", "");
+    assert_trained(&train_on(&plugin, 1, &solver, &[]), "one process again");
+    assert!(
+        initial("unseeded_1", "") != first,
+        "unseeded runs started from the same weights: the comparison below proves nothing"
+    );
+
+    // Ranks do not: rank 0's weights reach every rank before training.
+    for ranks in [2, 4] {
+        let name = format!("unseeded_{ranks}");
+        let solver = write_parallel_solver(work.path(), &name, &spec(ranks, 0));
+        let out = train_on(
+            &plugin,
+            ranks,
+            &solver,
+            &[("LMDBIO_CAFFE_SNAPSHOT_ALL_RANKS", "1")],
+        );
+        let log = assert_trained(&out, &name);
+        assert!(log.contains("rank 0's parameters broadcast"), "{log}");
+        let rank0 = initial(&name, "");
+        for r in 1..ranks {
+            assert!(
+                initial(&name, &format!("_rank{r}")) == rank0,
+                "{ranks} unseeded ranks: rank {r} started from other weights than rank 0"
+            );
+        }
+    }
+
+    // By default only rank 0 writes snapshots and logs.
+    let solver = write_parallel_solver(work.path(), "rank0_only", &spec(2, 5));
+    let log = assert_trained(&train_on(&plugin, 2, &solver, &[]), "rank0_only");
+    assert_eq!(log.matches("Starting Optimization").count(), 1, "{log}");
+    assert!(work.path().join("rank0_only_iter_5.caffemodel").exists());
+    assert!(!work.path().join("rank0_only_rank1_iter_5.caffemodel").exists());
+
+    // LMDBIO_CAFFE_ALLREDUCE=0: one model per rank, each on a contiguous
+    // block, every rank logging.
+    let solver = write_parallel_solver(work.path(), "separate", &spec(2, 5));
+    let out = train_on(&plugin, 2, &solver, &[("LMDBIO_CAFFE_ALLREDUCE", "0")]);
+    let log = assert_trained(&out, "LMDBIO_CAFFE_ALLREDUCE=0");
+    assert_eq!(log.matches("Starting Optimization").count(), 2, "{log}");
+    assert!(!log.contains("data-parallel"), "{log}");
+    assert!(log.contains("records 150..300 of 300"), "{log}");
+}
+
+#[test]
+fn a_killed_rank_ends_every_rank_with_a_message() {
+    let Some(plugin) = plugin() else { return };
+    let work = kit::TempDir::new().unwrap();
+    let db = mnist_lmdb(work.path(), 300, 24);
+    let spec = ParallelRun {
+        train: &db,
+        test: &db,
+        test_records: 200,
+        ranks: 2,
+        global_batch: 32,
+        max_iter: 1_000_000,
+        test_interval: 1_000_000,
+        seed: true,
+        layer: "Data",
+    };
+    let solver = write_parallel_solver(work.path(), "killed", &spec);
+    let log_path = work.path().join("mpiexec.log");
+    // Each rank writes its pid (the shell execs caffe, so it is caffe's).
+    let script = r#"echo $$ > "$0/rank-${PMI_RANK:-$OMPI_COMM_WORLD_RANK}.pid"; exec env LD_PRELOAD="$1" caffe train --solver="$2""#;
+    let mut cmd = kit::mpiexec_within(2, Path::new("sh"), 120);
+    cmd.args(["-c", script])
+        .arg(work.path())
+        .arg(&plugin)
+        .arg(&solver)
+        .stdout(std::fs::File::create(work.path().join("mpiexec.out")).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let mut job = cmd.spawn().expect("start mpiexec");
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let started = std::time::Instant::now();
+    while !read_log().contains("] Iteration 20 ") {
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "training ended early:\n{}",
+            read_log()
+        );
+        assert!(
+            started.elapsed().as_secs() < 90,
+            "no iteration 20 in 90 s:\n{}",
+            read_log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pid = |rank: usize| {
+        std::fs::read_to_string(work.path().join(format!("rank-{rank}.pid")))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (survivor, victim) = (pid(0), pid(1));
+    let killed = std::time::Instant::now();
+    assert!(Command::new("kill")
+        .args(["-9", &victim])
+        .status()
+        .unwrap()
+        .success());
+    let status = loop {
+        if let Some(status) = job.try_wait().unwrap() {
+            break status;
+        }
+        if killed.elapsed().as_secs() > 30 {
+            let _ = job.kill();
+            let _ = Command::new("kill").args(["-9", &survivor]).status();
+            panic!(
+                "the job still runs 30 s after rank 1 was killed:\n{}",
+                read_log()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Launchers write their verdicts to either stream.
+    let log = read_log() + &std::fs::read_to_string(work.path().join("mpiexec.out")).unwrap();
+    eprintln!(
+        "the job ended {:.1} s after rank 1 was killed ({status}); its last lines:\n{}",
+        killed.elapsed().as_secs_f64(),
+        log.lines().rev().take(12).collect::<Vec<_>>().join("\n")
+    );
+    assert!(!status.success());
+    assert_ne!(status.code(), Some(124), "timeout ended the job, not MPI");
+    // The launcher names the dead process (MPICH: "BAD TERMINATION ...
+    // KILLED BY SIGNAL: 9"; Open MPI: "... exited on signal 9 (Killed)").
+    assert!(
+        log.contains("SIGNAL: 9") || log.contains("signal 9"),
+        "no message about the killed rank:\n{log}"
+    );
+    // Rank 0 is gone too (not left blocked in an allreduce).
+    let gone = std::time::Instant::now();
+    while Path::new(&format!("/proc/{survivor}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{survivor}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+    {
+        assert!(gone.elapsed().as_secs() < 10, "rank 0 still runs");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

@@ -155,6 +155,12 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
   lmdbio_options* options = nullptr;
   CHECK_EQ(lmdbio_options_new(&options), LMDBIO_OK) << lmdbio_last_error();
   CHECK_EQ(lmdbio_options_set_batch_size(options, batch_size), LMDBIO_OK) << lmdbio_last_error();
+  // Data-parallel: the ranks' batches together are one process's batch of
+  // P times the size (cpp/data_parallel.cpp).
+  if (data_parallel_enabled()) {
+    CHECK_EQ(lmdbio_options_set_partition(options, LMDBIO_PARTITION_STRIDED), LMDBIO_OK)
+        << lmdbio_last_error();
+  }
   const size_t shuffle_seed = env_count("LMDBIO_CAFFE_SHUFFLE_SEED");
   if (shuffle_seed > 0) {
     CHECK_EQ(lmdbio_options_set_shuffle(options, shuffle_seed, 0), LMDBIO_OK)
@@ -192,11 +198,12 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
 template <typename Dtype>
 void LmdbioDataLayer<Dtype>::open_share_reader(int* rank, int* ranks, uint64_t* records) {
   world_rank_size(rank, ranks);
-  if (lmdbio_caffe_reader_open(source_.c_str(), *rank, *ranks, &reader_) != 0) {
+  const int strided = data_parallel_enabled() ? 1 : 0;
+  if (lmdbio_caffe_reader_open(source_.c_str(), *rank, *ranks, strided, &reader_) != 0) {
     LOG(FATAL) << "LMDBIOData " << this->layer_param_.name() << ": cannot read LMDB " << source_
                << ": " << lmdbio_caffe_last_error();
   }
-  CHECK_EQ(lmdbio_caffe_reader_share(reader_, records, nullptr, nullptr), 0);
+  CHECK_EQ(lmdbio_caffe_reader_share(reader_, records, nullptr, nullptr, nullptr), 0);
 }
 
 // Caffe's loop checks must_stop() between batches, so a layer stops after

@@ -4,11 +4,12 @@
 // convert_imageset) and LevelDB go to libcaffe's own implementation, as does
 // everything when LMDBIO_CAFFE_DISABLE is set.
 //
+// Under data-parallel training (cpp/data_parallel.cpp) the share is
+// Caffe's stride over the stream of epochs, otherwise a contiguous block.
+//
 // The stock Data layer drives the cursor from its prefetch thread, which
 // runs ahead and is interrupted at shutdown at a point no other rank can
 // predict; so nothing here is collective: each rank reads its own share.
-
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "key_log.hpp"
 #include "mpi_session.hpp"
 #include "partition_reader.h"
+#include "real_function.hpp"
 
 namespace lmdbio_caffe {
 namespace {
@@ -33,15 +35,6 @@ using caffe::db::Transaction;
 
 typedef DB* (*GetDbByBackend)(DataParameter_DB);
 typedef DB* (*GetDbByName)(const std::string&);
-
-// libcaffe's own definitions: the next ones after this library.
-template <typename F>
-F real_function(const char* mangled, const char* readable) {
-  void* f = dlsym(RTLD_NEXT, mangled);
-  CHECK(f != nullptr) << "libcaffe_lmdbio: cannot find libcaffe's " << readable << ": "
-                      << dlerror();
-  return reinterpret_cast<F>(f);
-}
 
 DB* real_get_db(DataParameter_DB backend) {
   static const GetDbByBackend f = real_function<GetDbByBackend>(
@@ -71,14 +64,23 @@ std::unique_ptr<ReaderHandle> open_share(const std::string& source) {
   ensure_mpi(false);
   int rank = 0, ranks = 1;
   world_rank_size(&rank, &ranks);
+  // Data-parallel: the ranks' batches together are one process's batch
+  // of P times the size (cpp/data_parallel.cpp).
+  const bool strided = data_parallel_enabled();
   std::unique_ptr<ReaderHandle> handle(new ReaderHandle);
-  if (lmdbio_caffe_reader_open(source.c_str(), rank, ranks, &handle->reader) != 0) {
+  if (lmdbio_caffe_reader_open(source.c_str(), rank, ranks, strided ? 1 : 0, &handle->reader) != 0) {
     LOG(FATAL) << "lmdbio: cannot read LMDB " << source << ": " << lmdbio_caffe_last_error();
   }
   uint64_t records = 0, first = 0, count = 0;
-  CHECK_EQ(lmdbio_caffe_reader_share(handle->reader, &records, &first, &count), 0);
-  LOG(INFO) << "lmdbio: reading " << source << " (rank " << rank << " of " << ranks
-            << ": records " << first << ".." << first + count << " of " << records << ")";
+  CHECK_EQ(lmdbio_caffe_reader_share(handle->reader, &records, &first, &count, nullptr), 0);
+  if (strided) {
+    LOG(INFO) << "lmdbio: reading " << source << " (rank " << rank << " of " << ranks
+              << ": every " << ranks << "th record from record " << rank << " of " << records
+              << ", data-parallel)";
+  } else {
+    LOG(INFO) << "lmdbio: reading " << source << " (rank " << rank << " of " << ranks
+              << ": records " << first << ".." << first + count << " of " << records << ")";
+  }
   return handle;
 }
 

@@ -22,6 +22,14 @@ void world_rank_size(int* rank, int* size);
 // The thread support MPI provides (MPI_THREAD_*); -1 when not initialised.
 int mpi_thread_level();
 
+// Whether this process trains data-parallel (cpp/data_parallel.cpp): MPI
+// is initialised with more than one rank and LMDBIO_CAFFE_ALLREDUCE is not
+// 0. The data layers then split records with Caffe's stride.
+bool data_parallel_enabled();
+
+// LMDBIO_CAFFE_ALLREDUCE set to 0.
+bool allreduce_disabled_by_env();
+
 }  // namespace lmdbio_caffe
 
 #endif

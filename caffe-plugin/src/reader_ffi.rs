@@ -11,7 +11,7 @@ use std::path::Path;
 
 use lmdbio::c_boundary::last_error;
 
-use crate::partition_reader::PartitionReader;
+use crate::partition_reader::{PartitionReader, Split};
 
 /// The error of asking for the current record with none left.
 const PAST_END: &str = "the cursor is past the end of its share";
@@ -42,6 +42,7 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_open(
     path: *const c_char,
     rank: u64,
     ranks: u64,
+    strided: c_int,
     out: *mut *mut lmdbio_caffe_reader,
 ) -> c_int {
     guard(|| {
@@ -52,8 +53,13 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_open(
         let path = unsafe { CStr::from_ptr(path) }
             .to_str()
             .map_err(|_| "path is not UTF-8".to_string())?;
-        let opened =
-            PartitionReader::open(Path::new(path), rank, ranks).map_err(|e| e.to_string())?;
+        let split = if strided != 0 {
+            Split::Strided
+        } else {
+            Split::Contiguous
+        };
+        let opened = PartitionReader::open(Path::new(path), rank, ranks, split)
+            .map_err(|e| e.to_string())?;
         // SAFETY: out is non-NULL and points to writable storage.
         unsafe { *out = Box::into_raw(Box::new(opened)) };
         Ok(())
@@ -68,22 +74,25 @@ pub unsafe extern "C" fn lmdbio_caffe_reader_free(reader: *mut lmdbio_caffe_read
     }
 }
 
-/// Writes records in the database, the share's first ordinal and size.
+/// Writes records in the database and the first ordinal, size and stride
+/// of the share of the current epoch.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_caffe_reader_share(
     r: *mut lmdbio_caffe_reader,
     out_records: *mut u64,
     out_first: *mut u64,
     out_count: *mut u64,
+    out_stride: *mut u64,
 ) -> c_int {
     guard(|| {
         // SAFETY: see `reader`.
         let r = unsafe { reader(r) }?;
-        let (first, count) = r.share();
+        let (first, count, stride) = r.share();
         for (p, v) in [
             (out_records, r.records()),
             (out_first, first),
             (out_count, count),
+            (out_stride, stride),
         ] {
             if !p.is_null() {
                 // SAFETY: non-NULL out pointers point to writable u64s.

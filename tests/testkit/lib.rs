@@ -563,10 +563,15 @@ pub fn read_file(path: &Path) -> Vec<u8> {
 /// `LMDBIO_MPIEXEC` (default `mpiexec.mpich`; Open MPI:
 /// `mpiexec.openmpi --oversubscribe`). Add the program's arguments.
 pub fn mpiexec(n: usize, program: &Path) -> Command {
+    mpiexec_within(n, program, 60)
+}
+
+/// As [`mpiexec`], killed after `seconds` instead of 60.
+pub fn mpiexec_within(n: usize, program: &Path, seconds: u64) -> Command {
     let launcher = std::env::var("LMDBIO_MPIEXEC").unwrap_or_else(|_| "mpiexec.mpich".into());
     let mut words = launcher.split_whitespace();
     let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "5", "60"])
+    cmd.args(["-k", "5", &seconds.to_string()])
         .arg(words.next().unwrap_or("mpiexec.mpich"))
         .args(words);
     if launcher.contains("openmpi") {
@@ -584,7 +589,7 @@ pub fn run_bounded(mut cmd: Command) -> std::process::Output {
     assert_ne!(
         out.status.code(),
         Some(124),
-        "{cmd:?} hung (killed after 60 s)"
+        "{cmd:?} hung (killed at its time limit)"
     );
     out
 }
