@@ -945,7 +945,12 @@ fn ranks_train_one_model_like_one_process_with_the_global_batch() {
         );
         let losses = training_losses(&log);
         assert_eq!(losses.len(), max_iter, "{what}:\n{log}");
-        assert_close(&format!("{what}: loss"), &losses[..50], &one_losses[..50], 1e-3);
+        assert_close(
+            &format!("{what}: loss"),
+            &losses[..50],
+            &one_losses[..50],
+            1e-3,
+        );
         let accuracy = test_accuracies(&log);
         let tests = max_iter / 100 + 1;
         assert_eq!(accuracy.len(), tests, "{what}:\n{log}");
@@ -983,7 +988,11 @@ fn unseeded_ranks_start_from_rank_0s_weights_and_only_rank_0_snapshots() {
     };
     // max_iter 0: Caffe snapshots the weights it starts from.
     let initial = |name: &str, suffix: &str| {
-        kit::read_file(&work.path().join(format!("{name}{suffix}_iter_0.caffemodel")))
+        kit::read_file(
+            &work
+                .path()
+                .join(format!("{name}{suffix}_iter_0.caffemodel")),
+        )
     };
 
     // Without a seed, two single-process runs start from different weights.
@@ -1022,7 +1031,10 @@ fn unseeded_ranks_start_from_rank_0s_weights_and_only_rank_0_snapshots() {
     let log = assert_trained(&train_on(&plugin, 2, &solver, &[]), "rank0_only");
     assert_eq!(log.matches("Starting Optimization").count(), 1, "{log}");
     assert!(work.path().join("rank0_only_iter_5.caffemodel").exists());
-    assert!(!work.path().join("rank0_only_rank1_iter_5.caffemodel").exists());
+    assert!(!work
+        .path()
+        .join("rank0_only_rank1_iter_5.caffemodel")
+        .exists());
 
     // LMDBIO_CAFFE_ALLREDUCE=0: one model per rank, each on a contiguous
     // block, every rank logging.

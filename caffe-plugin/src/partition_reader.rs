@@ -255,7 +255,9 @@ mod tests {
         let n = oracle.len();
         for ranks in [1usize, 2, 3, 4] {
             let mut readers: Vec<PartitionReader> = (0..ranks)
-                .map(|r| PartitionReader::open(&fx.path, r as u64, ranks as u64, Split::Strided).unwrap())
+                .map(|r| {
+                    PartitionReader::open(&fx.path, r as u64, ranks as u64, Split::Strided).unwrap()
+                })
                 .collect();
             // Like Caffe's Data layer: take a record, advance, seek to first
             // when the cursor is past the end.
