@@ -249,7 +249,7 @@ impl DataFile {
     pub(crate) fn open(readers: &Comm, path: &Path, options: &EngineOptions) -> Result<DataFile> {
         if options.collective {
             let comm = Comm::dup(readers.raw())?;
-            let hints = super::effective_hints(&options.hints);
+            let hints = crate::options::effective_hints(&options.hints);
             return Ok(DataFile::Shared(MpiFile::open(comm, path, &hints)?));
         }
         let source = FileSource::open(path)?;

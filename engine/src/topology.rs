@@ -180,7 +180,7 @@ pub fn give_back(topology: NodeTopology) {
 /// after [`release_memory`] maps the memory again. Collective over `comm`.
 pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
     let caller = Comm::caller(comm)?;
-    let (mut topology, _) = take(&caller, options, super::check_options(options))?;
+    let (mut topology, _) = take(&caller, options, crate::options::check_options(options))?;
     let made = topology.ensure_window(options.window_bytes.saturating_add(INDEX_ALLOWANCE));
     if let (Ok(_), Some(window)) = (&made, &topology.window) {
         // Direct reads want the window in huge pages (see populate).
@@ -207,7 +207,7 @@ pub fn release_memory() {
 /// the same on every rank). Runs when MPI_Finalize starts, after any read
 /// an open engine runs in the background has finished.
 pub fn release_all() {
-    super::wait_for_background_reads();
+    crate::background::wait_for_background_reads();
     let mut all = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|p| p.into_inner()));
     all.sort_by_key(|t| t.id);
     drop(all);

@@ -1,0 +1,58 @@
+//! A step's records as the engine hands them out: borrowed from the
+//! node's shared window.
+
+use crate::{held, Engine};
+
+/// One record of a batch: where its key and value are, which record it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchRecord {
+    pub ordinal: u64,
+    pub epoch: u64,
+    pub(crate) key: (usize, usize),
+    pub(crate) value: (usize, usize),
+}
+
+/// The records of one step, borrowed from the node's shared memory until
+/// the next call to [`Engine::next_batch`].
+pub struct Batch<'e> {
+    pub(crate) engine: &'e Engine,
+    pub step: u64,
+}
+
+impl<'e> Batch<'e> {
+    pub fn len(&self) -> usize {
+        self.engine.batch.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.engine.batch.is_empty()
+    }
+
+    pub fn records(&self) -> &'e [BatchRecord] {
+        &self.engine.batch
+    }
+
+    pub fn key(&self, i: usize) -> &'e [u8] {
+        let (at, len) = self.engine.batch[i].key;
+        &held(&self.engine.parts).memory.keys()[at..at + len]
+    }
+
+    pub fn value(&self, i: usize) -> &'e [u8] {
+        let (at, len) = self.engine.batch[i].value;
+        // SAFETY: this step's bytes were all read (the readers' progress
+        // words said so) and agreed on, and nobody writes them before the
+        // round's area is read into again, which takes a collective step
+        // that needs `&mut Engine` and so ends this borrow. Other parts of
+        // the area may be written meanwhile.
+        unsafe { held(&self.engine.parts).memory.data_range(at, len) }
+    }
+
+    /// Epoch of the batch's first record (ranks' epochs can differ by one
+    /// when shares differ in size).
+    pub fn epoch(&self) -> u64 {
+        self.engine
+            .batch
+            .first()
+            .map_or(self.engine.last_epoch, |r| r.epoch)
+    }
+}

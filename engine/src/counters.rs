@@ -1,0 +1,60 @@
+//! What the engine counts: per-rank counters, and the tally its read
+//! threads keep.
+
+use crate::data_file::RunsRead;
+
+/// Per-rank counters; [`Engine::node_counters`] sums a node's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counters {
+    pub bytes_read: u64,
+    pub read_requests: u64,
+    pub file_opens: u64,
+    pub index_bytes_read: u64,
+    pub index_read_requests: u64,
+    pub bytes_delivered: u64,
+    pub records_delivered: u64,
+    pub rounds: u64,
+    /// World agreements the steps were served under. Independent reads:
+    /// one where each round starts (nodes meet there; steps in between
+    /// wait only for their own node's bytes). Collective reads: steps that
+    /// ended in an agreement of their own; the others were served under an
+    /// earlier step's agreement, their bytes already in on every node.
+    pub step_agreements: u64,
+    pub io_seconds: f64,
+    pub wait_seconds: f64,
+    /// What opening had to make with blocking MPI calls: 1 for the node
+    /// communicators, 1 for the shared window; 0 when both were kept from
+    /// an earlier engine or made by [`prepare`].
+    pub setup_made: u64,
+    /// Of `read_requests`, those read around the page cache (direct I/O).
+    pub direct_read_requests: u64,
+}
+
+/// What this reader's reads of values did, counted by the read threads
+/// as each read ends: before the read's last run is published, so a rank
+/// that has seen the data also sees it counted, even in a round the job
+/// stops in the middle of.
+#[derive(Default)]
+pub(crate) struct ReadTally {
+    pub(crate) bytes: std::sync::atomic::AtomicU64,
+    pub(crate) requests: std::sync::atomic::AtomicU64,
+    pub(crate) direct_requests: std::sync::atomic::AtomicU64,
+}
+
+impl ReadTally {
+    pub(crate) fn add(&self, bytes: u64, n: RunsRead) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.bytes.fetch_add(bytes, Relaxed);
+        self.requests.fetch_add(n.requests, Relaxed);
+        self.direct_requests.fetch_add(n.direct_requests, Relaxed);
+    }
+
+    /// `c` with these reads added.
+    pub(crate) fn added_to(&self, mut c: Counters) -> Counters {
+        use std::sync::atomic::Ordering::Relaxed;
+        c.bytes_read += self.bytes.load(Relaxed);
+        c.read_requests += self.requests.load(Relaxed);
+        c.direct_read_requests += self.direct_requests.load(Relaxed);
+        c
+    }
+}

@@ -1,0 +1,310 @@
+//! Opening an engine (the file on the readers, the index in node memory,
+//! the starting point) and giving its node parts back on drop.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::agree::{self, agree_ok, agree_resource};
+use crate::counters::Counters;
+use crate::data_file::DataFile;
+use crate::index_build;
+use crate::mpi_raw::{Comm, RawComm, ThreadLevel};
+use crate::node_memory::{self, NodeMemory};
+use crate::options::{check_options, window_size, EngineOptions};
+use crate::round::progress_words;
+use crate::topology::{self, NodeTopology};
+use crate::{Engine, NodeParts};
+use lmdbio_core::cursor::DatabaseIdentity;
+use lmdbio_core::database::data_file_path;
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::order::{EpochOrder, Shuffle};
+use lmdbio_core::resume::{self, JobSchedule};
+use lmdbio_core::schedule::Schedule;
+
+/// What opening produced besides the topology.
+pub(crate) struct Opened {
+    pub(crate) window_made: bool,
+    pub(crate) file: Option<Arc<DataFile>>,
+    pub(crate) memory: NodeMemory,
+    pub(crate) database: DatabaseIdentity,
+    pub(crate) index_io: lmdbio_core::source::IoSnapshot,
+    pub(crate) schedule: JobSchedule,
+    pub(crate) order: EpochOrder,
+    pub(crate) step: u64,
+    pub(crate) plan_granule: u64,
+}
+
+/// The schedule, epoch order and step to start from, on this rank (the
+/// ranks agree on it when the index is published).
+pub(crate) fn start_point(
+    world: &Comm,
+    options: &EngineOptions,
+    records: u64,
+    value_bytes: u64,
+    database: DatabaseIdentity,
+) -> Result<(JobSchedule, EpochOrder, u64)> {
+    let schedule = Schedule::new(
+        records,
+        world.size() as u64,
+        options.batch as u64,
+        options.partition,
+        options.tail,
+    );
+    let shuffle = options.shuffle_seed.map(|seed| {
+        let sized = Shuffle::with_default_sizes(seed, records, value_bytes);
+        Shuffle {
+            chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
+            window_chunks: options.shuffle_window_chunks,
+            ..sized
+        }
+    });
+    let (schedule, step) = resume_point(options, schedule, shuffle, database, world.rank())?;
+    Ok((schedule, EpochOrder::new(records, shuffle), step))
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Reads into the window finish before it is given back.
+        self.pending = None;
+        self.round = None;
+        if self.parts.is_none() {
+            return;
+        }
+        if !crate::mpi_raw::is_initialized() {
+            // MPI is gone (the engine outlived MPI_Finalize): no MPI call
+            // may be made, and the handles died with it.
+            std::mem::forget(self.parts.take());
+            return;
+        }
+        // A rank that failed a step may be waiting for this one at a world
+        // agreement: this rank learns nothing it could still act on, but
+        // must not leave it waiting.
+        let _ = self.settle_agreement();
+        let Some(NodeParts {
+            mut topology,
+            memory,
+        }) = self.parts.take()
+        else {
+            return;
+        };
+        let window = memory.into_window();
+        // The node's ranks may still be reading their last batch: the
+        // window is kept (memory and all, see topology) once all of them
+        // are done with it, so that `release_memory` may free it at any
+        // time. If the barrier fails the node is in trouble; keep nothing.
+        if topology.node.barrier().is_ok() {
+            topology.window = Some(window);
+            topology::give_back(topology);
+        } else {
+            std::mem::forget(window);
+            std::mem::forget(topology);
+        }
+    }
+}
+
+/// The schedule and step to start from: a fresh job's, or a validated
+/// cursor's.
+pub(crate) fn resume_point(
+    options: &EngineOptions,
+    base: Schedule,
+    shuffle: Option<Shuffle>,
+    database: DatabaseIdentity,
+    rank: usize,
+) -> Result<(JobSchedule, u64)> {
+    match (&options.resume, &options.resume_job) {
+        (Some(_), Some(_)) => Err(Error::InvalidArgument(
+            "resume from a rank cursor or from a job cursor, not both".into(),
+        )),
+        (Some(c), None) => resume::from_rank_cursor(c, base, shuffle, database, rank as u64),
+        (None, Some(job)) => resume::from_job_cursor(
+            job,
+            base,
+            shuffle,
+            database,
+            rank as u64,
+            options.repartition,
+        ),
+        (None, None) => Ok((JobSchedule::plain(base), 0)),
+    }
+}
+
+impl Engine {
+    /// Opens `path` (database directory or data file) on every rank of
+    /// `comm`. Collective; any rank's failure fails every rank.
+    pub fn open(comm: RawComm, path: &Path, mut options: EngineOptions) -> Result<Engine> {
+        let caller = Comm::caller(comm)?;
+        let (mut topology, topology_made) =
+            topology::take(&caller, &options, check_options(&options))?;
+        let opened = match Engine::open_with(&mut topology, path, &options) {
+            Ok(opened) => opened,
+            Err(e) => {
+                // Every rank failed at the same agreement, before anyone
+                // read the window.
+                topology::give_back(topology);
+                return Err(e);
+            }
+        };
+        let threaded_reads = options.overlap
+            && options.collective
+            && ThreadLevel::current() == ThreadLevel::Multiple;
+        let io = opened.index_io;
+        if let Some(epochs) = options.epoch_limit {
+            let steps = opened.schedule.steps_for_epochs(epochs);
+            options.step_limit = Some(options.step_limit.map_or(steps, |s| s.min(steps)));
+        }
+        Ok(Engine {
+            pending: None,
+            threaded_reads,
+            counters: Counters {
+                file_opens: opened.file.as_ref().map_or(0, |f| f.opens()),
+                index_bytes_read: io.bytes_read,
+                index_read_requests: io.read_requests,
+                bytes_read: io.bytes_read,
+                read_requests: io.read_requests,
+                setup_made: u64::from(topology_made) + u64::from(opened.window_made),
+                ..Default::default()
+            },
+            file: opened.file,
+            parts: Some(NodeParts {
+                topology,
+                memory: opened.memory,
+            }),
+            schedule: opened.schedule,
+            order: opened.order,
+            database: opened.database,
+            path: path.to_owned(),
+            options,
+            step: opened.step,
+            round: None,
+            batch: Vec::new(),
+            last_epoch: 0,
+            cut_by_epoch_limit: false,
+            tally: Arc::default(),
+            previous_read: None,
+            rounds_started: 0,
+            plan_granule: opened.plan_granule,
+            failed: None,
+            owes_agreement: Cell::new(false),
+        })
+    }
+
+    /// The collective steps of opening on a taken topology: the file on the
+    /// readers, the index in the node's memory, and the starting point. On
+    /// failure the window is back in `topology`.
+    ///
+    /// Two agreements over the world with independent reads (the file and
+    /// the tree scanned; the index published with the starting point), and
+    /// a third when the window has to be made, where there were seven:
+    /// each one before the first value is read cost 1-2 ms at eight ranks
+    /// on two cores (docs/PERFORMANCE.md, fourteenth round).
+    pub(crate) fn open_with(
+        topology: &mut NodeTopology,
+        path: &Path,
+        options: &EngineOptions,
+    ) -> Result<Opened> {
+        let (file, opened) = match Engine::open_file(topology, path, options) {
+            Ok(file) => (file.map(Arc::new), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        let scanned = index_build::scan(
+            topology.world(),
+            topology.masters.as_ref(),
+            opened.map(|()| file.as_deref()),
+            options.subdb.as_deref(),
+        )?;
+        // A record's run may take up to a granule more on each side.
+        let plan_granule = scanned.plan_granule;
+        let widest = match plan_granule {
+            1 => scanned.largest_span,
+            g => scanned.largest_span.saturating_add(2 * g),
+        };
+        let data_len = window_size(options, topology.node.size(), widest);
+        let (records, key_bytes) = (scanned.records, scanned.key_bytes);
+        let words = progress_words(topology.node.size());
+        let (_, need) = node_memory::layout(words, records, key_bytes, data_len)?;
+        let window_made = topology.ensure_window(need)?;
+        let Some(window) = topology.window.take() else {
+            return Err(Error::Internal("no node window after making one".into()));
+        };
+        // The window is large enough (ensured above), so this cannot fail
+        // on one rank only.
+        let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len)?;
+        if let Some(file) = file.as_deref() {
+            // Direct reads land in the window only where prepare got it
+            // huge pages, else in staging buffers (see
+            // set_window_in_huge_pages).
+            file.set_window_in_huge_pages(memory.in_huge_pages());
+        }
+        if topology.node.rank() == 0 {
+            // Published with the index below, before any rank waits on them.
+            memory.reset_progress();
+        }
+        let database = DatabaseIdentity {
+            entries: records as u64,
+            txnid: scanned.txnid,
+            page_size: scanned.page_size,
+        };
+        let world = topology.world();
+        let start = agree::local(|| {
+            start_point(
+                world,
+                options,
+                records as u64,
+                scanned.value_bytes,
+                database,
+            )
+        });
+        let masters = topology.masters.as_ref();
+        match index_build::publish(world, masters, &mut memory, scanned, start) {
+            Ok((index_io, (schedule, order, step))) => Ok(Opened {
+                window_made,
+                file,
+                memory,
+                database,
+                index_io,
+                schedule,
+                order,
+                step,
+                plan_granule,
+            }),
+            Err(e) => {
+                topology.window = Some(memory.into_window());
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens the data file on the readers (`None` elsewhere).
+    ///
+    /// Independent reads open a file of the reader's own, a step of its
+    /// own whose failure the tree scan's agreement carries to every rank.
+    /// Collective reads agree on the path first, so that no reader enters
+    /// `MPI_File_open` alone, and then on the file.
+    pub(crate) fn open_file(
+        topology: &NodeTopology,
+        path: &Path,
+        options: &EngineOptions,
+    ) -> Result<Option<DataFile>> {
+        if !options.collective {
+            return match &topology.readers {
+                Some(readers) => {
+                    agree::local(|| DataFile::open(readers, &data_file_path(path)?, options))
+                        .map(Some)
+                }
+                None => Ok(None),
+            };
+        }
+        let world = topology.world();
+        let resolved = match &topology.readers {
+            Some(_) => data_file_path(path).map(Some),
+            None => Ok(None),
+        };
+        let resolved = agree_ok(world, resolved)?;
+        let file = match (&topology.readers, resolved) {
+            (Some(r), Some(p)) => Some(DataFile::open(r, &p, options)),
+            _ => None,
+        };
+        agree_resource(world, file.transpose())
+    }
+}

@@ -1,0 +1,201 @@
+//! How the engine reads: the options, their defaults and their checks,
+//! and what follows from them (the MPI-IO hints, the window's size).
+
+use crate::data_file::DirectIo;
+use lmdbio_core::cursor::{Cursor, JobCursor};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::plan::CoalesceOptions;
+use lmdbio_core::schedule::{Partition, Tail};
+
+/// How the engine reads. Defaults suit a bulk-loaded image database.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Named database to read (`None`: the main one).
+    pub subdb: Option<String>,
+    /// Records per batch per rank.
+    pub batch: usize,
+    pub partition: Partition,
+    pub tail: Tail,
+    /// Group K consecutive ranks into a virtual node instead of grouping by
+    /// shared memory (to exercise multi-node behaviour on one machine).
+    pub ranks_per_node: Option<usize>,
+    /// Ranks per node that open the file and read (at least 1).
+    pub readers_per_node: usize,
+    pub coalesce: CoalesceOptions,
+    /// Bytes of node-shared memory for values. Every round must fit: a round
+    /// holds the values of `prefetch` steps (fewer if they do not fit, but
+    /// at least one) of every rank on the node.
+    pub window_bytes: usize,
+    /// Steps read ahead in one round, at most: a round also has to fit half
+    /// the window (all of it without overlap), which bounds it first for
+    /// large records.
+    pub prefetch: usize,
+    /// At most this many readers read at once (staggering); `None`: all.
+    pub stagger: Option<usize>,
+    /// Collective reads: the readers open the file together and read with
+    /// `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes (with
+    /// hints that enable collective buffering). Default: independent reads,
+    /// each reader on a file of its own read on `read_streams` threads,
+    /// which skips the collective open and every wait on other readers;
+    /// lmdbio's runs are already large and contiguous, which is when
+    /// aggregation has nothing to add (measured in docs/PERFORMANCE.md).
+    pub collective: bool,
+    /// Threads each reader reads with (independent reads): requests in
+    /// flight at once per reader. `None`: [`MACHINE_READ_STREAMS`] shared
+    /// among the readers of the machine, at least one each.
+    pub read_streams: Option<usize>,
+    /// Whether independent reads go around the page cache (see
+    /// [`DirectIo`]; collective reads leave it to MPI-IO).
+    pub direct_io: DirectIo,
+    /// MPI-IO hints passed at open, on top of [`DEFAULT_HINTS`] (a key
+    /// given here replaces the default).
+    pub hints: Vec<(String, String)>,
+    /// Shuffle every epoch with this seed (see [`lmdbio_core::order`]).
+    pub shuffle_seed: Option<u64>,
+    /// Records per shuffled chunk; `None`: about 4 MiB of values.
+    pub shuffle_chunk: Option<u64>,
+    /// Chunks per shuffling window.
+    pub shuffle_window_chunks: u64,
+    /// Continue from this rank's cursor, taken by a job with the same rank
+    /// count, order options and database.
+    pub resume: Option<Cursor>,
+    /// Continue from a job cursor ([`Engine::job_cursor`]) taken with the
+    /// same order options and database: exactly on the same rank count, or
+    /// on another one when `repartition` is set (see [`lmdbio_core::resume`]).
+    pub resume_job: Option<JobCursor>,
+    /// Allow `resume_job` from a job of another rank count: the records of
+    /// the current epoch nobody was handed yet are split among this job's
+    /// ranks, then normal epochs follow.
+    pub repartition: bool,
+    /// The caller will take at most this many steps: nothing past them is
+    /// read ahead, and asking for more is an error. `None`: unbounded.
+    pub step_limit: Option<u64>,
+    /// The job reads epochs before this one and stops: records of later
+    /// epochs are neither read nor delivered (under `Tail::Wrap` the batch
+    /// that would reach into the next epoch comes short), and the step
+    /// limit becomes the first step with nothing left of those epochs on
+    /// any rank ([`Engine::step_limit`]). Under `Tail::Wrap` a job of
+    /// whole epochs otherwise reads up to a batch per rank of the next
+    /// epoch; on many ranks that is a large part of an epoch. Epochs count
+    /// from the job's first, as in [`BatchRecord::epoch`]. `None`: unbounded.
+    pub epoch_limit: Option<u64>,
+    /// Read the next round into the other half of the window while the
+    /// ranks work on the current one, on helper threads (collective reads
+    /// only under `MPI_THREAD_MULTIPLE`; without it they are read when the
+    /// round starts). A reader's reads of the next round start once its
+    /// reads of the current one are done.
+    pub overlap: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            subdb: None,
+            batch: 64,
+            partition: Partition::Contiguous,
+            tail: Tail::Wrap,
+            ranks_per_node: None,
+            readers_per_node: 1,
+            coalesce: CoalesceOptions::default(),
+            window_bytes: 256 << 20,
+            prefetch: DEFAULT_PREFETCH,
+            stagger: None,
+            collective: false,
+            read_streams: None,
+            direct_io: DirectIo::Auto,
+            hints: Vec::new(),
+            overlap: true,
+            step_limit: None,
+            epoch_limit: None,
+            shuffle_seed: None,
+            shuffle_chunk: None,
+            shuffle_window_chunks: 16,
+            resume: None,
+            resume_job: None,
+            repartition: false,
+        }
+    }
+}
+
+/// Steps per round by default. Longer rounds mean fewer agreements and
+/// longer runs: with a shuffled order a 4-step round cut the chunks into
+/// 1 MiB requests, 16 steps (as many as half the default window holds of
+/// 64 image records per rank) into 1.4 MiB ones, and shuffled reading went
+/// from 0.75 to 0.83 of the storage limit (docs/PERFORMANCE.md, issue 5).
+pub const DEFAULT_PREFETCH: usize = 16;
+
+/// Read streams per machine by default, shared among the readers on it.
+/// One reader with two streams delivered about 1.1× one stream on the
+/// local virtio disk here, and four no more than two. Where several
+/// readers share a machine (virtual nodes), one stream each did better
+/// once steps were served as their runs came in: at four and eight
+/// one-rank nodes 0.95, 0.94 and 1.08, 1.01 of the storage limit against
+/// 1.03, 0.70 and 0.97, 0.72 with two (docs/PERFORMANCE.md).
+pub const MACHINE_READ_STREAMS: usize = 2;
+
+/// ROMIO hints the engine sets unless the caller sets the same key.
+///
+/// Two-phase collective buffering makes each aggregator read one contiguous
+/// file domain covering every reader's extents, holes included. Nodes'
+/// extents interleave as soon as the order is shuffled, and then it read
+/// most of the file per node: 0.28x the unshuffled rate on this project's
+/// test machine, against 1.0-1.3x with both switches off (see
+/// docs/PERFORMANCE.md). Our runs are already coalesced to about 4 MiB, so
+/// data sieving has nothing to add either.
+pub const DEFAULT_HINTS: [(&str, &str); 2] =
+    [("romio_cb_read", "disable"), ("romio_ds_read", "disable")];
+
+pub(crate) fn effective_hints(user: &[(String, String)]) -> Vec<(String, String)> {
+    let mut hints: Vec<(String, String)> = DEFAULT_HINTS
+        .iter()
+        .filter(|(k, _)| !user.iter().any(|(u, _)| u == k))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    hints.extend(user.iter().cloned());
+    hints
+}
+
+/// The shared window to allocate: `window_bytes`, or less when even the
+/// largest possible rounds need less (creating and mapping a large shared
+/// segment costs time at open). A round holds at most `prefetch` steps of
+/// every rank on the node, each record taking at most its span plus one
+/// bridged gap; with overlap two rounds are held at once.
+pub(crate) fn window_size(o: &EngineOptions, node_ranks: usize, largest_span: u64) -> usize {
+    let per_record = largest_span.saturating_add(o.coalesce.max_gap);
+    let rounds = if o.overlap { 2 } else { 1 };
+    let need = per_record
+        .saturating_mul(o.batch as u64)
+        .saturating_mul(node_ranks as u64)
+        .saturating_mul(o.prefetch as u64)
+        .saturating_mul(rounds);
+    o.window_bytes.min(need.max(1 << 20) as usize)
+}
+
+pub(crate) fn check_options(o: &EngineOptions) -> Result<()> {
+    let bad = |what: &str| Err(Error::InvalidArgument(what.to_owned()));
+    if o.batch == 0 {
+        return bad("batch size must be at least 1");
+    }
+    if o.readers_per_node == 0 {
+        return bad("readers_per_node must be at least 1");
+    }
+    if o.ranks_per_node == Some(0) {
+        return bad("ranks_per_node must be at least 1");
+    }
+    if o.stagger == Some(0) {
+        return bad("stagger must be at least 1 reader at a time");
+    }
+    if o.prefetch == 0 {
+        return bad("prefetch must be at least 1 step");
+    }
+    if o.read_streams == Some(0) {
+        return bad("read_streams must be at least 1");
+    }
+    if o.collective && o.direct_io == DirectIo::Always {
+        return bad("direct_io=always applies to independent reads; collective reads leave the page cache to MPI-IO");
+    }
+    if o.window_bytes == 0 {
+        return bad("window_bytes must be positive");
+    }
+    Ok(())
+}

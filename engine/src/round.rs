@@ -1,0 +1,470 @@
+//! Reading values in rounds: which records a round covers, its read plan,
+//! where it lands in the window, and starting this reader's part of it
+//! (see docs/design/read-rounds.md).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::agree;
+use crate::background::{read_and_publish, BackgroundRead, FinishOnDrop, InFlight, ReadFinished};
+use crate::data_file::{DataFile, RunsRead, WindowRange};
+use crate::options::MACHINE_READ_STREAMS;
+use crate::step_ready::{Progress, ReadSchedule};
+use crate::{held, Engine};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::plan::{ReadPlan, ReadRun};
+use lmdbio_core::resume::JobSchedule;
+use lmdbio_core::schedule::Slot;
+
+/// Whose a planned span is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpanOwner {
+    /// Step offset within the round.
+    pub(crate) step: usize,
+    /// Node member (node rank).
+    pub(crate) member: usize,
+}
+
+/// A round's records and read plan.
+pub(crate) struct PlannedRound {
+    pub(crate) steps: u64,
+    pub(crate) owners: Vec<SpanOwner>,
+    pub(crate) plan: ReadPlan,
+}
+
+/// A round: its records placed in the window and its reads started (or
+/// done). Its steps are served as their own bytes come in (see
+/// [`step_ready`]).
+pub(crate) struct Round {
+    pub(crate) first_step: u64,
+    pub(crate) steps: u64,
+    /// Names the round in the readers' progress words (never 0, the value
+    /// the words start from).
+    pub(crate) tag: u32,
+    /// Which of the window's areas (and progress words) it uses.
+    pub(crate) area: usize,
+    /// Window offset and length of each record's span, by (step offset,
+    /// node member), in schedule order.
+    pub(crate) placements: Vec<Vec<Vec<(u64, u64)>>>,
+    /// For each of the node's readers and each step: how many of the
+    /// reader's runs must be in before the step is served.
+    pub(crate) needs: Vec<Vec<usize>>,
+    /// Steps before this one are agreed served (all their bytes in on
+    /// every node); they need no agreement of their own.
+    pub(crate) agreed_end: u64,
+    /// Steps before this one have had this rank's overflow headers
+    /// checked.
+    pub(crate) checked_end: u64,
+    /// This reader's read, while it runs on a helper thread.
+    pub(crate) read: Option<InFlight>,
+    /// A failure of this rank's part of the round, reported at the next
+    /// step's agreement.
+    pub(crate) error: Option<Error>,
+}
+
+impl Round {
+    /// How many runs each reader must have complete before step `t` (of
+    /// this round) is served.
+    pub(crate) fn needs_of(&self, t: u64) -> Vec<usize> {
+        let offset = (t - self.first_step) as usize;
+        self.needs.iter().map(|n| n[offset]).collect()
+    }
+}
+
+/// What a reader reads of a round.
+pub(crate) struct MyReads {
+    pub(crate) runs: Vec<ReadRun>,
+    pub(crate) order: Vec<usize>,
+    /// Window offset of the round's area.
+    pub(crate) base: u64,
+}
+
+/// Progress words the window holds: one per reader (at most one per node
+/// rank) for each of the two areas.
+pub(crate) fn progress_words(node_ranks: usize) -> usize {
+    2 * node_ranks
+}
+
+/// Rank `rank`'s records at step `step` that the job reads: all of them
+/// but those at or past the epoch limit. Reading (`round_spans`) and
+/// delivering (`advance`) both go through here, so a batch's placements
+/// line up with its records. Returns whether the limit left any out.
+pub(crate) fn for_each_wanted_slot(
+    schedule: &JobSchedule,
+    epoch_limit: Option<u64>,
+    rank: u64,
+    step: u64,
+    mut f: impl FnMut(Slot),
+) -> bool {
+    let limit = epoch_limit.unwrap_or(u64::MAX);
+    let mut left_out = false;
+    schedule.for_each_slot(rank, step, |slot| {
+        if slot.epoch < limit {
+            f(slot)
+        } else {
+            left_out = true;
+        }
+    });
+    left_out
+}
+
+impl Engine {
+    /// Readers per node (the first node ranks).
+    pub(crate) fn node_readers(&self) -> usize {
+        self.options
+            .readers_per_node
+            .min(held(&self.parts).topology.node.size())
+            .max(1)
+    }
+
+    /// Whether the round starting at step `next` is read ahead.
+    pub(crate) fn reads_ahead_to(&self, next: u64) -> bool {
+        self.options.overlap && self.options.step_limit.is_none_or(|limit| next < limit)
+    }
+
+    /// Spans of every node member's records for steps `[first, first+k)`,
+    /// and who owns each: `(step offset, member)` per span.
+    pub(crate) fn round_spans(&self, first: u64, k: u64) -> (Vec<(u64, u64)>, Vec<SpanOwner>) {
+        let entries = held(&self.parts).memory.entries();
+        let mut spans = Vec::new();
+        let mut owners = Vec::new();
+        for s in 0..k {
+            for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
+                for_each_wanted_slot(
+                    &self.schedule,
+                    self.options.epoch_limit,
+                    rank,
+                    first + s,
+                    |slot| {
+                        let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
+                        spans.push(entries[ordinal].span());
+                        owners.push(SpanOwner {
+                            step: s as usize,
+                            member: m,
+                        });
+                    },
+                );
+            }
+        }
+        (spans, owners)
+    }
+
+    /// Spans and plan of the round of `k` steps starting at `first`.
+    pub(crate) fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
+        let (spans, owners) = self.round_spans(first, k);
+        let plan = ReadPlan::for_spans_aligned(&spans, self.options.coalesce, self.plan_granule);
+        PlannedRound {
+            steps: k,
+            owners,
+            plan,
+        }
+    }
+
+    /// The longest round (up to `prefetch` steps) that fits `capacity`.
+    /// Even the first round is a full one: its first step is served as
+    /// soon as that step's runs are in, which they are first (step_ready).
+    /// Rounds that ramped up from one step (1, 2, 4, ...) were needed while
+    /// a round was served only once all of it was in; kept with per-step
+    /// serving they made the first batch come sooner (0.16–0.21 s against
+    /// 0.18–0.42 s at eight one-rank nodes) but lowered the throughput
+    /// there (docs/PERFORMANCE.md).
+    pub(crate) fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<PlannedRound> {
+        let left = self
+            .options
+            .step_limit
+            .map_or(u64::MAX, |l| l.saturating_sub(first));
+        let mut k = (self.options.prefetch.max(1) as u64).min(left).max(1);
+        loop {
+            let round = self.plan_round(first, k);
+            let len = round.plan.buffer_len;
+            let per_reader_ok =
+                len / self.options.readers_per_node.max(1) as u64 <= i32::MAX as u64 / 2;
+            if len <= capacity && per_reader_ok {
+                return Ok(round);
+            }
+            if k == 1 {
+                return Err(Error::ResourceLimit(format!(
+                    "the shared window ({} bytes{}) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
+                    held(&self.parts).memory.data_len(),
+                    if self.options.overlap { ", half per round with overlap" } else { "" },
+                    len
+                )));
+            }
+            k = k.div_ceil(2);
+        }
+    }
+
+    /// Makes the round starting at step `first` the one served: the one
+    /// read ahead, or one started now; with overlap on, the read after it
+    /// starts too, into the other half of the window, while the ranks work
+    /// on this one.
+    pub(crate) fn load_round(&mut self, first: u64) -> Result<()> {
+        // Every step of the round before was served, so its reads are
+        // complete; this joins the thread that ran them (it counted them
+        // itself, see ReadTally).
+        let retired = match self.round.take() {
+            Some(mut done) => self.complete_read(&mut done),
+            None => Ok(()),
+        };
+        let mut current = match self.pending.take() {
+            Some(r) if r.first_step == first => r,
+            _ => self.start_round(first)?,
+        };
+        if let Err(e) = retired {
+            current.error.get_or_insert(e);
+        }
+        let next = current.first_step + current.steps;
+        if self.options.collective {
+            // Collective reads keep their order: two collective calls in
+            // flight on one file from two threads would not match across
+            // ranks. This round's read completes before the next starts.
+            if let Err(e) = self.complete_read(&mut current) {
+                current.error.get_or_insert(e);
+            }
+        }
+        let first_round = self.counters.rounds == 0;
+        self.counters.rounds += 1;
+        self.round = Some(current);
+        // The next read is queued before this round's steps are waited
+        // for, to start as soon as this round's reads are done:
+        // a node whose reads are done would otherwise leave its storage
+        // idle while the slowest node catches up (up to a fifth of the run
+        // at eight one-rank nodes; docs/PERFORMANCE.md). Its half of the
+        // window is free: every rank has left the round before
+        // (start_round agrees first). The job's first round waits alone
+        // for its first step (advance starts the next read after it).
+        if self.reads_ahead_to(next) && (self.options.collective || !first_round) {
+            self.pending = Some(self.start_round(next)?);
+        }
+        Ok(())
+    }
+
+    /// Waits for this reader's read of `round` if it runs on a thread (the
+    /// read thread counted it).
+    pub(crate) fn complete_read(&mut self, round: &mut Round) -> Result<()> {
+        let Some(read) = round.read.take() else {
+            return Ok(());
+        };
+        let io_start = Instant::now();
+        let done = read.wait();
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        done.map(|_| ())
+    }
+
+    /// Which area round number `n` uses, the bytes it may use, and where
+    /// it starts: with overlap the window is two halves used in turn.
+    pub(crate) fn round_area(&self, n: u64) -> (usize, u64, u64) {
+        let len = held(&self.parts).memory.data_len() as u64;
+        if self.options.overlap {
+            // Halves start at a whole granule, as direct reads need and
+            // the kernel's copy into the window prefers.
+            let half = len / 2 / self.plan_granule * self.plan_granule;
+            let area = n % 2;
+            (area as usize, half, area * half)
+        } else {
+            (0, len, 0)
+        }
+    }
+
+    /// Agrees on the round's length, plans it, and starts this reader's
+    /// reads (collective over all ranks). A failure to start them is kept
+    /// for the round's first step's agreement (`wait_for_step`), and shown
+    /// in this reader's progress word so no rank waits for it.
+    pub(crate) fn start_round(&mut self, first: u64) -> Result<Round> {
+        let waited = Instant::now();
+        let (area, capacity, base) = self.round_area(self.rounds_started);
+        // Masters find how many steps fit; the smallest wins everywhere so
+        // rounds (and collective reads) line up across nodes.
+        let fit = if held(&self.parts).topology.node.rank() == 0 {
+            agree::local(|| self.steps_that_fit(first, capacity)).map(Some)
+        } else {
+            Ok(None)
+        };
+        let local_k = fit
+            .as_ref()
+            .ok()
+            .and_then(|r| r.as_ref())
+            .map_or(i64::MAX, |r| r.steps as i64);
+        if !self.options.collective {
+            // With independent reads the ranks meet only here and at the
+            // job's last step (serve_from_own_node).
+            self.counters.step_agreements += 1;
+        }
+        let (fitted, k) = self.meet(fit, local_k, true)?;
+        let k = k.max(1) as u64;
+        self.rounds_started += 1;
+        let tag = self.rounds_started as u32;
+        // A master already planned this round unless another node needed
+        // a shorter one.
+        let PlannedRound {
+            steps: _,
+            owners,
+            plan,
+        } = match fitted {
+            Some(round) if round.steps == k => round,
+            _ => self.plan_round(first, k),
+        };
+        self.counters.wait_seconds += waited.elapsed().as_secs_f64();
+
+        let io_start = Instant::now();
+        let readers = self.node_readers();
+        let members = held(&self.parts).topology.members.len();
+        let span_steps: Vec<usize> = owners.iter().map(|o| o.step).collect();
+        let ReadSchedule {
+            groups,
+            mut order,
+            needs,
+        } = ReadSchedule::new(&plan, &span_steps, k as usize, readers);
+        let mut placements = vec![vec![Vec::new(); members]; k as usize];
+        for (o, p) in owners.iter().zip(&plan.placements) {
+            placements[o.step][o.member].push((base + p.buf_offset, p.len));
+        }
+        let mut round = Round {
+            first_step: first,
+            steps: k,
+            tag,
+            area,
+            placements,
+            needs,
+            agreed_end: first,
+            checked_end: first,
+            read: None,
+            error: None,
+        };
+        let me = held(&self.parts).topology.node.rank();
+        if me < readers && held(&self.parts).topology.readers.is_some() {
+            let mine = MyReads {
+                runs: plan.runs[groups[me].clone()].to_vec(),
+                order: std::mem::take(&mut order[me]),
+                base,
+            };
+            if let Err(e) = agree::local(|| self.start_my_reads(&mut round, mine)) {
+                self.progress(area, me, tag).fail();
+                round.error = Some(e);
+            }
+        }
+        self.counters.io_seconds += io_start.elapsed().as_secs_f64();
+        Ok(round)
+    }
+
+    /// Reader `reader`'s progress word for window area `area`: the window
+    /// holds one set of one word per reader for each area.
+    pub(crate) fn progress_word(&self, area: usize, reader: usize) -> &AtomicU64 {
+        let readers = self.node_readers();
+        held(&self.parts)
+            .memory
+            .progress_word(area * readers + reader)
+    }
+
+    /// Every reader's progress word for the area `round` uses.
+    pub(crate) fn progress_words_of(&self, round: &Round) -> Vec<&AtomicU64> {
+        (0..self.node_readers())
+            .map(|g| self.progress_word(round.area, g))
+            .collect()
+    }
+
+    /// This reader's progress word for the round of `tag` in `area`, as
+    /// its read threads publish to it.
+    pub(crate) fn progress(&self, area: usize, reader: usize, tag: u32) -> Progress {
+        let word = self.progress_word(area, reader);
+        // SAFETY: the word lies in the node's window, which the engine
+        // keeps until every read publishing to it has been joined (drop
+        // takes the rounds, whose reads join, before giving it back).
+        unsafe { Progress::new(word, tag) }
+    }
+
+    /// Starts this reader's reads of `round`: `mine.runs` (its group of the
+    /// plan, in file order, packed back to back) in `mine.order`.
+    pub(crate) fn start_my_reads(&mut self, round: &mut Round, mine: MyReads) -> Result<()> {
+        let parts = held(&self.parts);
+        let (Some(readers), Some(file)) = (&parts.topology.readers, &self.file) else {
+            return Err(Error::Internal("a reader without its data file".into()));
+        };
+        let progress = self.progress(round.area, parts.topology.node.rank(), round.tag);
+        let MyReads { runs, order, base } = mine;
+        let (lo, hi) = match (runs.first(), runs.last()) {
+            (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
+            _ => (base, base),
+        };
+        if hi as usize > parts.memory.data_len() {
+            return Err(Error::Internal("a round's reads overrun the window".into()));
+        }
+        // The range lies inside this round's area of the window (the plan
+        // fits its capacity, checked above); each reader writes only its
+        // own range, and no rank reads a byte of it before the reader's
+        // progress word says the run holding it is complete.
+        let buf = parts.memory.data_ptr().wrapping_add(lo as usize);
+        let len = (hi - lo) as usize;
+        // SAFETY: see above; the range stays untouched by anyone else until
+        // the read is complete (joined, waited for, or done here).
+        let dest = unsafe { WindowRange::new(buf, len) };
+        let streams = self.options.read_streams.unwrap_or_else(|| {
+            (MACHINE_READ_STREAMS / held(&self.parts).topology.machine_readers).max(1)
+        });
+        // Staggering: readers take turns in groups of `stagger`, everyone
+        // taking part in every phase so collective calls always match.
+        // Staggered phases run one after another; without staggering the
+        // single read is left to complete while the ranks work.
+        let group = self.options.stagger.unwrap_or(readers.size()).max(1);
+        let phases = readers.size().div_ceil(group);
+        let my_phase = readers.rank() / group;
+        let own = matches!(**file, DataFile::Own(_));
+        let bytes = len as u64;
+        if phases == 1 && self.options.overlap {
+            let file = Arc::clone(file);
+            let tally = Arc::clone(&self.tally);
+            let in_flight = BackgroundRead::start();
+            let finished = Arc::new(ReadFinished::default());
+            let before = self.previous_read.replace(Arc::clone(&finished));
+            let read = move || {
+                let _in_flight = in_flight;
+                let _finished = FinishOnDrop(finished);
+                if let Some(before) = before {
+                    before.wait();
+                }
+                read_and_publish(&file, &runs, &order, dest, streams, progress, &tally, bytes)
+            };
+            round.read = Some(if own || self.threaded_reads {
+                InFlight::Thread(Some(std::thread::spawn(read)))
+            } else {
+                // A collective read without MPI_THREAD_MULTIPLE: read now.
+                InFlight::Done(Some(read()))
+            });
+            return Ok(());
+        }
+        let mut result = Ok(());
+        for phase in 0..phases {
+            let mine = phase == my_phase;
+            // Collective reads take part in every phase, reading nothing
+            // in the others' phases.
+            let done = if mine {
+                read_and_publish(
+                    file,
+                    &runs,
+                    &order,
+                    dest,
+                    streams,
+                    progress,
+                    &self.tally,
+                    bytes,
+                )
+            } else if !own {
+                // SAFETY: an empty range.
+                let nothing = unsafe { WindowRange::new(buf, 0) };
+                file.read_runs(&[], &[], nothing, streams, &|_| {})
+            } else {
+                Ok(RunsRead::default())
+            };
+            match done {
+                Ok(_) => {}
+                Err(e) if result.is_ok() => result = Err(e),
+                Err(_) => {}
+            }
+            if own && phases > 1 {
+                readers.barrier()?;
+            }
+        }
+        result
+    }
+}
