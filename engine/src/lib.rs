@@ -42,6 +42,7 @@ mod node_memory;
 mod open;
 mod options;
 mod round;
+mod round_planner;
 mod serve;
 mod step_ready;
 pub mod topology;

@@ -10,6 +10,7 @@ use crate::agree;
 use crate::background::{read_and_publish, BackgroundRead, FinishOnDrop, InFlight, ReadFinished};
 use crate::data_file::{DataFile, RunsRead, WindowRange};
 use crate::options::MACHINE_READ_STREAMS;
+use crate::round_planner::{Area, RoundPlanner};
 use crate::step_ready::{Progress, ReadSchedule};
 use crate::{held, Engine};
 use lmdbio_core::error::{Error, Result};
@@ -118,9 +119,22 @@ impl Engine {
             .max(1)
     }
 
+    /// The round arithmetic under the current options (the step limit may
+    /// change after opening).
+    pub(crate) fn round_planner(&self) -> RoundPlanner {
+        RoundPlanner {
+            window_len: held(&self.parts).memory.data_len() as u64,
+            overlap: self.options.overlap,
+            granule: self.plan_granule,
+            prefetch: self.options.prefetch as u64,
+            step_limit: self.options.step_limit,
+            readers_per_node: self.options.readers_per_node as u64,
+        }
+    }
+
     /// Whether the round starting at step `next` is read ahead.
     pub(crate) fn reads_ahead_to(&self, next: u64) -> bool {
-        self.options.overlap && self.options.step_limit.is_none_or(|limit| next < limit)
+        self.round_planner().reads_ahead_to(next)
     }
 
     /// Spans of every node member's records for steps `[first, first+k)`,
@@ -161,38 +175,19 @@ impl Engine {
         }
     }
 
-    /// The longest round (up to `prefetch` steps) that fits `capacity`.
-    /// Even the first round is a full one: its first step is served as
-    /// soon as that step's runs are in, which they are first (step_ready).
-    /// Rounds that ramped up from one step (1, 2, 4, ...) were needed while
-    /// a round was served only once all of it was in; kept with per-step
-    /// serving they made the first batch come sooner (0.16–0.21 s against
-    /// 0.18–0.42 s at eight one-rank nodes) but lowered the throughput
-    /// there (docs/PERFORMANCE.md).
+    /// The longest round (up to `prefetch` steps) that fits `capacity`
+    /// (see [`RoundPlanner::longest_fitting`]).
     pub(crate) fn steps_that_fit(&self, first: u64, capacity: u64) -> Result<PlannedRound> {
-        let left = self
-            .options
-            .step_limit
-            .map_or(u64::MAX, |l| l.saturating_sub(first));
-        let mut k = (self.options.prefetch.max(1) as u64).min(left).max(1);
-        loop {
-            let round = self.plan_round(first, k);
-            let len = round.plan.buffer_len;
-            let per_reader_ok =
-                len / self.options.readers_per_node.max(1) as u64 <= i32::MAX as u64 / 2;
-            if len <= capacity && per_reader_ok {
-                return Ok(round);
-            }
-            if k == 1 {
-                return Err(Error::ResourceLimit(format!(
+        self.round_planner()
+            .longest_fitting(first, capacity, |k| self.plan_round(first, k), |round| round.plan.buffer_len)
+            .map_err(|len| {
+                Error::ResourceLimit(format!(
                     "the shared window ({} bytes{}) is too small for one batch of every rank on the node ({} bytes); raise window_bytes",
                     held(&self.parts).memory.data_len(),
                     if self.options.overlap { ", half per round with overlap" } else { "" },
                     len
-                )));
-            }
-            k = k.div_ceil(2);
-        }
+                ))
+            })
     }
 
     /// Makes the round starting at step `first` the one served: the one
@@ -252,28 +247,17 @@ impl Engine {
         done.map(|_| ())
     }
 
-    /// Which area round number `n` uses, the bytes it may use, and where
-    /// it starts: with overlap the window is two halves used in turn.
-    pub(crate) fn round_area(&self, n: u64) -> (usize, u64, u64) {
-        let len = held(&self.parts).memory.data_len() as u64;
-        if self.options.overlap {
-            // Halves start at a whole granule, as direct reads need and
-            // the kernel's copy into the window prefers.
-            let half = len / 2 / self.plan_granule * self.plan_granule;
-            let area = n % 2;
-            (area as usize, half, area * half)
-        } else {
-            (0, len, 0)
-        }
-    }
-
     /// Agrees on the round's length, plans it, and starts this reader's
     /// reads (collective over all ranks). A failure to start them is kept
     /// for the round's first step's agreement (`wait_for_step`), and shown
     /// in this reader's progress word so no rank waits for it.
     pub(crate) fn start_round(&mut self, first: u64) -> Result<Round> {
         let waited = Instant::now();
-        let (area, capacity, base) = self.round_area(self.rounds_started);
+        let Area {
+            index: area,
+            capacity,
+            base,
+        } = self.round_planner().area(self.rounds_started);
         // Masters find how many steps fit; the smallest wins everywhere so
         // rounds (and collective reads) line up across nodes.
         let fit = if held(&self.parts).topology.node.rank() == 0 {
