@@ -6,9 +6,8 @@
 //! most 254 segments per request, so a 4 MiB direct read into scattered
 //! 4 KiB pages went out as four requests of about 1 MiB, and the disk
 //! serves about as many requests per second whatever their size: direct
-//! reads into 4 KiB pages ran at 1.0-1.3 GB/s where reads through the page
-//! cache (whose large folios make 4 MiB requests) ran at 3.4-3.9, and into
-//! 2 MiB pages at 4.6-5.3 (docs/PERFORMANCE.md, fifteenth round).
+//! reads into 4 KiB pages were slower than reads through the page cache,
+//! and into 2 MiB pages faster (see docs/design/direct-io.md).
 //!
 //! The engine's window gets huge pages where the system gives them to its
 //! kind of memory ([`advise`], by `prepare`); where it does not (a window
@@ -146,11 +145,8 @@ impl StagingBuffer {
 /// Why: the staging copy writes a window far larger than the CPU's caches,
 /// and the ranks read those bytes a round later, when they have left the
 /// cache anyway. A plain copy first reads every destination line into the
-/// cache and then evicts it; streaming stores write the lines whole. On
-/// the test machine (`docs/bench/stage-16/stage.c`, 4 MiB direct reads
-/// copied into a shared mapping) the copy took half the CPU (0.19-0.24 s
-/// against 0.33-0.40 for 2.89 GiB) and the reads ran at 3,477-4,394 MB/s
-/// against 3,077-3,664 (docs/PERFORMANCE.md, sixteenth round).
+/// cache and then evicts it; streaming stores write the lines whole, for
+/// about half the copy's CPU (see docs/design/streaming-copy.md).
 ///
 /// Streaming stores are not ordered with later stores, so the copy ends
 /// with a store fence: whoever publishes the bytes after it (an atomic

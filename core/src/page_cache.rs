@@ -6,10 +6,9 @@
 //! memory it will ever be cached in pays the kernel for allocating,
 //! filling, and later evicting every page, then copies each page into the
 //! shared window. A direct read lands in the window straight from the
-//! device. On the test machine that cut the system CPU of reading 1.44 GiB
-//! from 0.35–2.8 s to 0.06–0.1 s, with the same throughput
-//! (docs/PERFORMANCE.md); on a node whose cores also decode images, that
-//! CPU is what a reader competes for. A file the cache already holds is
+//! device, sparing the kernel's page work at the same throughput (see
+//! docs/design/direct-io.md); on a node whose cores also decode images,
+//! that CPU is what a reader competes for. A file the cache already holds is
 //! read faster through it, which is what [`cached_bytes`] lets the engine
 //! notice.
 //!

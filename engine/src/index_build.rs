@@ -73,12 +73,11 @@ type MasterScan<'f> = Option<(MasterState<'f>, Vec<(u64, u64)>, [i64; SIZES])>;
 /// `world`. `masters` is present on masters (every master is a reader);
 /// `file` is the reader's file, or why it could not be opened.
 ///
-/// One agreement, not one per phase: each agreement over the world before
-/// the first value is read cost 1-2 ms at eight ranks on two cores, where
-/// a whole run takes half a second (docs/PERFORMANCE.md, fourteenth
-/// round). The masters' own collective calls carry a failure among them
-/// instead: master 0's page list says whether it has one, and the sizes
-/// they gather say who parsed its part.
+/// One agreement, not one per phase: each agreement over the world before the
+/// first value is read delays every rank (see docs/design/agreement.md). The
+/// masters' own collective calls carry a failure among them instead: master 0's
+/// page list says whether it has one, and the sizes they gather say who parsed
+/// its part.
 pub(crate) fn scan<'f>(
     world: &Comm,
     masters: Option<&Comm>,

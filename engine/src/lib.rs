@@ -22,11 +22,11 @@
 //!   served as soon as its own runs are in; every rank gets pointers into
 //!   the window. Nothing is copied after the read.
 //! * Every rank can compute every other rank's batches (see
-//!   [`lmdbio_core::schedule`]), so planning needs no messages; one reduction per
-//!   round agrees on its length, and one at a step not yet known to be in
-//!   everywhere agrees on how far the steps are in on every node (or on
-//!   the error that stopped them); the steps up to there are served with
-//!   no further message.
+//!   [`lmdbio_core::schedule`]), so planning needs no messages; one
+//!   reduction per round agrees on its length, and one at a step not yet
+//!   known to be in everywhere agrees on how far the steps are in on every
+//!   node (or on the error that stopped them); the steps up to there are
+//!   served with no further message.
 //!
 //! `open`, `next_batch` and dropping the engine are collective over the
 //! communicator given to `open`.
@@ -105,11 +105,7 @@ pub struct Engine {
     /// Two rounds read at once looked random to the kernel's readahead and
     /// their windows ran into each other's pages, so much of the file went
     /// into the page cache in single 4 KiB pages, with the kernel's work
-    /// per page to match. Queued one behind the other (and with the tree's
-    /// pages dropped once the index is built), lmdbio went from 0.72–0.94
-    /// to 0.89–1.03 of the storage limit with one reader per machine, and
-    /// was higher or equal at every other point, on less CPU
-    /// (docs/PERFORMANCE.md, twelfth round).
+    /// per page to match (see docs/design/read-rounds.md).
     previous_read: Option<Arc<ReadFinished>>,
     rounds_started: u64,
     /// Runs are planned in whole granules of this many bytes (the page

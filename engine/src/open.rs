@@ -195,9 +195,9 @@ impl Engine {
     ///
     /// Two agreements over the world with independent reads (the file and
     /// the tree scanned; the index published with the starting point), and
-    /// a third when the window has to be made, where there were seven:
-    /// each one before the first value is read cost 1-2 ms at eight ranks
-    /// on two cores (docs/PERFORMANCE.md, fourteenth round).
+    /// a third when the window has to be made: each one before the first
+    /// value is read delays every rank where ranks outnumber cores (see
+    /// docs/design/agreement.md).
     pub(crate) fn open_with(
         topology: &mut NodeTopology,
         path: &Path,

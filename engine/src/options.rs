@@ -38,7 +38,7 @@ pub struct EngineOptions {
     /// each reader on a file of its own read on `read_streams` threads,
     /// which skips the collective open and every wait on other readers;
     /// lmdbio's runs are already large and contiguous, which is when
-    /// aggregation has nothing to add (measured in docs/PERFORMANCE.md).
+    /// aggregation has nothing to add (see docs/design/independent-reads.md).
     pub collective: bool,
     /// Threads each reader reads with (independent reads): requests in
     /// flight at once per reader. `None`: [`MACHINE_READ_STREAMS`] shared
@@ -118,30 +118,24 @@ impl Default for EngineOptions {
 }
 
 /// Steps per round by default. Longer rounds mean fewer agreements and
-/// longer runs: with a shuffled order a 4-step round cut the chunks into
-/// 1 MiB requests, 16 steps (as many as half the default window holds of
-/// 64 image records per rank) into 1.4 MiB ones, and shuffled reading went
-/// from 0.75 to 0.83 of the storage limit (docs/PERFORMANCE.md, issue 5).
+/// longer runs, which matters most for a shuffled order; 16 steps of 64
+/// image records per rank fill half the default window (see
+/// docs/design/coalescing.md).
 pub const DEFAULT_PREFETCH: usize = 16;
 
-/// Read streams per machine by default, shared among the readers on it.
-/// One reader with two streams delivered about 1.1× one stream on the
-/// local virtio disk here, and four no more than two. Where several
-/// readers share a machine (virtual nodes), one stream each did better
-/// once steps were served as their runs came in: at four and eight
-/// one-rank nodes 0.95, 0.94 and 1.08, 1.01 of the storage limit against
-/// 1.03, 0.70 and 0.97, 0.72 with two (docs/PERFORMANCE.md).
+/// Read streams per machine by default, shared among the readers on it: a
+/// lone reader does better on two than one, and readers sharing a machine
+/// do better on one each (see docs/design/read-rounds.md).
 pub const MACHINE_READ_STREAMS: usize = 2;
 
 /// ROMIO hints the engine sets unless the caller sets the same key.
 ///
 /// Two-phase collective buffering makes each aggregator read one contiguous
-/// file domain covering every reader's extents, holes included. Nodes'
-/// extents interleave as soon as the order is shuffled, and then it read
-/// most of the file per node: 0.28x the unshuffled rate on this project's
-/// test machine, against 1.0-1.3x with both switches off (see
-/// docs/PERFORMANCE.md). Our runs are already coalesced to about 4 MiB, so
-/// data sieving has nothing to add either.
+/// file domain covering every reader's extents, holes included. Nodes' extents
+/// interleave as soon as the order is shuffled, and then it read most of the
+/// file per node, far slower than with both switches off (see
+/// docs/design/independent-reads.md). Our runs are already coalesced to about 4
+/// MiB, so data sieving has nothing to add either.
 pub const DEFAULT_HINTS: [(&str, &str); 2] =
     [("romio_cb_read", "disable"), ("romio_ds_read", "disable")];
 

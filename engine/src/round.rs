@@ -224,8 +224,8 @@ impl Engine {
         // The next read is queued before this round's steps are waited
         // for, to start as soon as this round's reads are done:
         // a node whose reads are done would otherwise leave its storage
-        // idle while the slowest node catches up (up to a fifth of the run
-        // at eight one-rank nodes; docs/PERFORMANCE.md). Its half of the
+        // idle while the slowest node catches up (see
+        // docs/design/read-rounds.md). Its half of the
         // window is free: every rank has left the round before
         // (start_round agrees first). The job's first round waits alone
         // for its first step (advance starts the next read after it).

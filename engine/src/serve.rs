@@ -104,10 +104,8 @@ impl Engine {
     ///
     /// Why: an agreement per step made every rank wait for the slowest
     /// node at every step, polling MPI all the while, and with several
-    /// nodes' ranks on few cores the polling slowed the readers' storage.
-    /// Meeting only where rounds start took lmdbio from 0.74-0.81 to
-    /// 0.89-0.92 of the storage limit at four and eight one-rank nodes in
-    /// paired runs here (docs/PERFORMANCE.md, thirteenth round).
+    /// nodes' ranks on few cores the polling slowed the readers' storage
+    /// (see docs/design/agreement.md).
     ///
     /// A rank that cannot serve `t` (its node's read failed, or one of its
     /// records is damaged) joins that next agreement at once and waits
@@ -175,9 +173,9 @@ impl Engine {
     /// with every rank on how far the steps are served: `t`, and the later
     /// steps of the round that every node already has in (their ranks'
     /// overflow headers checked), which then need no agreement of their
-    /// own. A reduction costs each rank about a millisecond
-    /// with eight ranks on two cores (docs/bench/polite-wait), and a step
-    /// already in everywhere has nothing to agree on.
+    /// own. A reduction costs each rank time where ranks outnumber cores
+    /// (see docs/design/polite-wait.md), and a step already in everywhere
+    /// has nothing to agree on.
     pub(crate) fn agree_on_steps_from(&mut self, t: u64) -> Result<PlacedBatch> {
         let (reads_in, delivered) = self.wait_and_place(t);
         // The step's values are checked only once they are in.

@@ -28,17 +28,17 @@ const FAILED: u64 = 1 << 31;
 const TAG_LOW: u32 = 27;
 const COUNT: u64 = (1 << TAG_LOW) - 1;
 
-/// The tag's low bits are in the low half too, the half a waiting rank
-/// sleeps on (a futex is 32 bits), so that every publication changes that
-/// half: a new round's, whose count may equal the one the rank saw in the
-/// round before, included. A publication that left the half as it was
-/// between a rank's check and its sleep would go unnoticed until the next
-/// one; with the tag there, none does, and waiting ranks no longer wake
-/// on a 2 ms timer to cover it (docs/PERFORMANCE.md, fourteenth round).
-/// Four bits are plenty: a word serves every round, or every other one
-/// where the window's two areas take turns, so a waiting rank sees a tag
-/// at most two below the one it waits for. The count keeps 27 bits, 134 million runs per reader and
-/// round, more than a plan could hold in memory.
+/// The tag's low bits are in the low half too, the half a waiting rank sleeps
+/// on (a futex is 32 bits), so that every publication changes that half: a new
+/// round's, whose count may equal the one the rank saw in the round before,
+/// included. A publication that left the half as it was between a rank's check
+/// and its sleep would go unnoticed until the next one; with the tag there,
+/// none does, and waiting ranks need no timer to cover it (see
+/// docs/design/progress-futex.md). Four bits are plenty: a word serves every
+/// round, or every other one where the window's two areas take turns, so a
+/// waiting rank sees a tag at most two below the one it waits for. The count
+/// keeps 27 bits, 134 million runs per reader and round, more than a plan could
+/// hold in memory.
 fn word(tag: u32, failed: bool, count: usize) -> u64 {
     (u64::from(tag) << 32)
         | if failed { FAILED } else { 0 }

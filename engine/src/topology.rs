@@ -4,15 +4,15 @@
 //! cut into virtual nodes on request), the readers' and the masters'
 //! communicators and a node-shared window. Each is made by a blocking
 //! collective call, and where ranks outnumber cores MPICH's blocking calls
-//! spin: at 8 ranks on 2 cores making them took 0.6–0.9 s, longer than
-//! reading a 1.5 GB database (docs/PERFORMANCE.md). They depend only on the
+//! spin, which can take longer than reading the database (see
+//! docs/design/one-reader-per-node.md). They depend only on the
 //! ranks and two options, so they are made once: an engine takes them at
 //! open and gives them back when dropped.
 //!
 //! The window's memory stays mapped between engines too: a page touched
 //! for the first time costs a fault on every rank of the node, and a
-//! 256 MiB window is 65,536 of them, which cost a two-rank node on 2 cores
-//! about a tenth of a 1.5 GB read (docs/PERFORMANCE.md). [`prepare`] makes
+//! 256 MiB window is 65,536 of them (see
+//! docs/design/one-reader-per-node.md). [`prepare`] makes
 //! all of it ahead of the first open, maps the window on every rank, and
 //! [`release_memory`] gives the memory back to the system while keeping
 //! the rest.
@@ -106,8 +106,8 @@ impl NodeTopology {
 /// With a topology kept this reduction is the only call an open makes on
 /// the caller's communicator, and the engine works on the topology's
 /// duplicate: a fresh duplicate per open was one more collective call,
-/// and at eight ranks on two cores each one before the first read cost
-/// 1-2 ms (docs/PERFORMANCE.md, fourteenth round).
+/// and each one before the first read delays every rank where ranks
+/// outnumber cores (see docs/design/agreement.md).
 pub fn take(
     caller: &Comm,
     options: &EngineOptions,

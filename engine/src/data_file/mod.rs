@@ -2,20 +2,18 @@
 //!
 //! * Independent reads (the default): the reader opens the file on its own
 //!   and reads its runs with positioned reads (`pread`) on a few threads,
-//!   each taking the next run in the order the round's steps need them
-//!   (see [`super::step_ready`]). Several requests in
-//!   flight is what a single reader needs to keep up with storage that
-//!   serves parallel streams faster than one: measured here, two streams
-//!   delivered 1.1–1.6× what ROMIO's independent reads did with one handle
-//!   per reader, where MPICH's global lock and glibc's
-//!   one-request-per-descriptor AIO queue allow one request at a time
-//!   (docs/PERFORMANCE.md). For a regular file ROMIO's independent read is
-//!   itself a `pread` loop, so no file system support is lost.
-//!   Rounds the page cache does not hold are read around it (direct I/O)
-//!   where the file system allows: straight into the window where it is in
-//!   huge pages, else into a small buffer of the reader's own in huge pages
-//!   and copied into the window; see [`DirectIo`], [`lmdbio_core::page_cache`]
-//!   and [`lmdbio_core::huge_pages`].
+//!   each taking the next run in the order the round's steps need them (see
+//!   [`crate::step_ready`]). Several requests in flight is what a single
+//!   reader needs to keep up with storage that serves parallel streams
+//!   faster than one, and ROMIO's independent reads allow one at a time per
+//!   handle (MPICH's global lock, glibc's one-request-per-descriptor AIO
+//!   queue; see docs/design/independent-reads.md). For a regular file
+//!   ROMIO's independent read is itself a `pread` loop, so no file system
+//!   support is lost. Rounds the page cache does not hold are read around
+//!   it (direct I/O) where the file system allows: straight into the window
+//!   where it is in huge pages, else into a small buffer of the reader's
+//!   own in huge pages and copied into the window; see [`DirectIo`],
+//!   [`lmdbio_core::page_cache`] and [`lmdbio_core::huge_pages`].
 //! * Collective reads: the readers open the file together with MPI-IO and
 //!   read with `MPI_File_read_at_all`, so MPI-IO may aggregate across nodes
 //!   when its hints enable collective buffering.
@@ -46,12 +44,10 @@ pub(crate) use tree_source::DataSource;
 
 /// Whether independent reads go around the kernel's page cache.
 ///
-/// Measured on the test machine (docs/PERFORMANCE.md, fourth, fifteenth
-/// and sixteenth rounds): a direct read spares the kernel's copy into the
-/// window, and with the window in huge pages it delivered 1.1-1.3 of the
-/// storage limit at one rank per node where reads through the cache
-/// delivered 0.85-1.0; into 4 KiB pages it ran at a third of the cache's
-/// speed or less (the device got four small requests for each read). A
+/// A direct read spares the kernel's copy into the window, and with the
+/// window in huge pages it beat reads through the cache; into 4 KiB pages
+/// it ran far slower (the device got four small requests for each read;
+/// see docs/design/direct-io.md). A
 /// window in small pages (shared by several ranks, where shared memory
 /// gets no huge pages) is filled through a staging buffer in huge pages
 /// instead, one copy as through the cache but without the cache's work.
@@ -167,19 +163,15 @@ impl DataFile {
     /// page size of a file of whole pages, else 1. `Err` when direct reads
     /// were required and pages do not allow them.
     ///
-    /// Whole pages for every kind of read, not only the direct reads that
-    /// need them: runs then start on a page of the file and land on a page
-    /// of the window, so the kernel's copy from its cache (and MPI-IO's)
-    /// moves each page to a page-aligned place. Where a run's window
-    /// address was a few bytes past its file offset's place in a page
-    /// (modulo 4 KiB), the copy ran at a fifth of its speed on this
-    /// project's AMD EPYC test machine (`rep movsb` into such a
-    /// destination: 1.4-2.3 GB/s against 6.3-7.8 GB/s from a warm cache);
-    /// packed runs met that whenever a round's second stretch started
-    /// after a first one of the wrong length, a third of a bulk-loaded
-    /// image database's reads, and the reader's copying took twice the
-    /// CPU (docs/PERFORMANCE.md, eleventh round). Widening costs at most a
-    /// page at each end of a stretch of adjacent runs.
+    /// Whole pages for every kind of read, not only the direct reads that need
+    /// them: runs then start on a page of the file and land on a page of the
+    /// window, so the kernel's copy from its cache (and MPI-IO's) moves each
+    /// page to a page-aligned place. Where a run's window address was a few
+    /// bytes past its file offset's place in a page (modulo 4 KiB), the copy
+    /// (`rep movsb`) ran at a fraction of its speed, and packed runs met that
+    /// for a large part of a bulk-loaded image database's reads (see
+    /// docs/design/coalescing.md). Widening costs at most a page at each end of
+    /// a stretch of adjacent runs.
     pub(crate) fn plan_granule(&self, page_size: u64) -> Result<u64> {
         let whole_pages = page_size.is_power_of_two() && self.len() % page_size == 0;
         let required_direct = match self {

@@ -116,10 +116,9 @@ impl OwnFile {
     /// Where this machine's page cache is the only one, dropping them after
     /// the scan suffices. On a file system served by another machine,
     /// that machine's cache keeps them too, and the readers' value streams
-    /// later run into them one by one: on the GlusterFS volume the brick's
-    /// readahead then fell back to single pages for megabytes after each,
-    /// a third of the file went into its cache page by page, and every
-    /// reader read 10-20% slower (docs/PERFORMANCE.md, seventeenth round).
+    /// later run into them one by one, and the server's readahead falls
+    /// back to single pages after each (see
+    /// docs/design/tree-scan-around-cache.md).
     /// A descriptor opened with `O_DIRECT` keeps them out of both caches;
     /// switching `source` to direct reads would reach only this machine's
     /// cache, since a GlusterFS brick reads with the flags the file was
@@ -225,10 +224,9 @@ impl OwnFile {
     /// Tells the reader whether the engine's window is in huge pages. Only
     /// then do direct reads land in it: a direct read reaches the device
     /// in one scatter-gather segment per physically contiguous piece of
-    /// the destination, so into scattered 4 KiB pages a 4 MiB read left as
-    /// four 1 MiB requests (the virtual disk here takes 254 segments each)
-    /// and ran at a third of the page cache's speed, and into 2 MiB pages
-    /// at more than it (docs/PERFORMANCE.md, fifteenth round). Into a
+    /// the destination, so into scattered 4 KiB pages a 4 MiB read leaves
+    /// as several small requests and is slower than the page cache, and
+    /// into 2 MiB pages faster (see docs/design/direct-io.md). Into a
     /// window in small pages they go through staging buffers.
     pub(crate) fn set_window_in_huge_pages(&self, huge: bool) {
         self.window_huge.store(huge, Ordering::Relaxed);

@@ -56,17 +56,16 @@ impl DataSource<'_> {
     /// Drops the tree's pages, which building the index has just read,
     /// from the page cache, unless the cache holds most of the file.
     ///
-    /// Why: the kernel reads ahead in large folios (up to 2 MiB here), but
-    /// a readahead window that meets a page already in the cache is read
-    /// in single 4 KiB pages from there on. A bulk-loaded database has a
-    /// leaf between the values every few dozen records, and the rounds'
-    /// runs read across them, so most windows met one: over half of an
-    /// image database went into the cache page by page, with the kernel's
-    /// work per page to match (docs/PERFORMANCE.md, tenth and twelfth
-    /// rounds). The index lives in the node's memory from here on, so
-    /// nothing needs those pages. A file the cache mostly holds is left
-    /// alone: its reads meet no readahead, and a dropped page would be read
-    /// from storage again. Collective reads leave caching to MPI-IO.
+    /// Why: the kernel reads ahead in large folios (up to 2 MiB here), but a
+    /// readahead window that meets a page already in the cache is read in
+    /// single 4 KiB pages from there on. A bulk-loaded database has a leaf
+    /// between the values every few dozen records, and the rounds' runs read
+    /// across them, so most windows met one and much of the file went into the
+    /// cache page by page (see docs/design/tree-scan-around-cache.md). The
+    /// index lives in the node's memory from here on, so nothing needs those
+    /// pages. A file the cache mostly holds is left alone: its reads meet no
+    /// readahead, and a dropped page would be read from storage again.
+    /// Collective reads leave caching to MPI-IO.
     pub(crate) fn forget_tree_pages(&self, pages: &TreePages, page_size: u64) {
         let DataSource::Own(file) = self else {
             return;

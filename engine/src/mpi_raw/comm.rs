@@ -453,11 +453,8 @@ impl Comm {
 /// waiter spinning inside MPI takes the core a reader needs whenever ranks
 /// outnumber cores (under MPI_THREAD_MULTIPLE every MPI_Test also takes
 /// the library's lock). But a collective advances only while its ranks
-/// test it, so every pause may delay each step of its algorithm: with
-/// eight ranks on two cores one small allreduce took 24 ms blocking in
-/// MPI_Allreduce, 3.1 ms with waiters that yielded for 200 µs and then
-/// slept up to 500 µs, and 1.0 ms with the pauses here
-/// (docs/bench/polite-wait). Short waits therefore keep short pauses; long
+/// test it, so every pause may delay each step of its algorithm (see
+/// docs/design/polite-wait.md). Short waits therefore keep short pauses; long
 /// ones (a rank waiting tens of milliseconds for the slowest node) lengthen
 /// them in proportion, so they neither cost much CPU nor delay the end by
 /// more than a few percent.

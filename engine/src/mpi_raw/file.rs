@@ -168,12 +168,11 @@ impl MpiFile {
     /// file's communicator calls this the same number of times, an empty
     /// `runs` included). Returns the number of file requests made.
     ///
-    /// Blocking: ROMIO does not progress a non-blocking collective read in
-    /// the background (it cost what a blocking one costs,
-    /// docs/PERFORMANCE.md; the engine overlaps reads on a helper thread
-    /// instead), and Open MPI 4.1's ROMIO component jumps to a null
-    /// function pointer in `MPI_File_iread_at_all` (seen with `--mca io
-    /// romio321`).
+    /// Blocking: ROMIO does not progress a non-blocking collective read in the
+    /// background (it cost what a blocking one costs; the engine overlaps reads
+    /// on a helper thread instead, see docs/design/independent-reads.md), and
+    /// Open MPI 4.1's ROMIO component jumps to a null function pointer in
+    /// `MPI_File_iread_at_all` (seen with `--mca io romio321`).
     ///
     /// # Safety
     /// `buf` must be valid for `len` bytes and neither read nor written by

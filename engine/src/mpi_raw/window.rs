@@ -155,8 +155,8 @@ impl SharedWindow {
     /// Maps the first `len` bytes of the segment into this rank's address
     /// space now, allocating what is not yet allocated, so that the reads
     /// and the ranks' first look at each page do not fault one page at a
-    /// time: a fault per 4 KiB page cost a two-rank node 63,000 faults per
-    /// rank for a 256 MiB window (docs/PERFORMANCE.md). One
+    /// time: a 256 MiB window is 65,536 faults per rank otherwise (see
+    /// docs/design/one-reader-per-node.md). One
     /// `MADV_POPULATE_WRITE` (Linux 5.14) per rank; on older kernels the
     /// pages are touched one by one, which still moves the faults out of
     /// the reads. Every rank of the node may call it at once.
