@@ -40,9 +40,10 @@ impl DirectAlignment {
 #[cfg(target_os = "linux")]
 pub fn direct_alignment(file: &File) -> Option<DirectAlignment> {
     use std::os::fd::AsRawFd;
+    // SAFETY: statx is plain data, for which all-zero bytes are a value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: statx with AT_EMPTY_PATH on a valid descriptor and an empty
     // C string writes only into the zeroed struct we pass.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     let rc = unsafe {
         libc::statx(
             file.as_raw_fd(),
@@ -230,9 +231,10 @@ pub fn on_local_file_system(file: &File) -> bool {
         0x794C_7630, // overlayfs
         0x6165_6673, // aufs
     ];
+    // SAFETY: statfs is plain data, for which all-zero bytes are a value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs on a descriptor we own writes only into the zeroed
     // struct we pass.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
         return false;
     }

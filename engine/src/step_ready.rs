@@ -140,6 +140,7 @@ pub(super) struct Progress {
 // SAFETY: the word is an atomic, made to be shared between threads; `new`'s
 // caller vouches that it outlives every copy.
 unsafe impl Send for Progress {}
+// SAFETY: as for Send: every access to the word is atomic.
 unsafe impl Sync for Progress {}
 
 impl Progress {

@@ -204,6 +204,8 @@ macro_rules! option_setter {
     ($name:ident, $arg:ident: $ty:ty, |$o:ident| $body:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(options: *mut lmdbio_options, $arg: $ty) -> c_int {
+            // SAFETY: the caller passes NULL or a live options handle, and
+            // NULL or valid NUL-terminated strings / byte ranges as the header says.
             unsafe {
                 with_options(options, |$o| {
                     $body;
@@ -270,6 +272,8 @@ pub unsafe extern "C" fn lmdbio_options_set_subdb(
     options: *mut lmdbio_options,
     name: *const c_char,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and
+    // NULL or valid NUL-terminated strings / byte ranges as the header says.
     unsafe {
         with_options(options, |o| {
             o.subdb = if name.is_null() {
@@ -288,6 +292,8 @@ pub unsafe extern "C" fn lmdbio_options_set_coalesce(
     target_bytes: u64,
     max_gap_bytes: u64,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and
+    // NULL or valid NUL-terminated strings / byte ranges as the header says.
     unsafe {
         with_options(options, |o| {
             o.coalesce.target = positive(target_bytes as usize, "coalescing target")? as u64;
@@ -303,6 +309,8 @@ pub unsafe extern "C" fn lmdbio_options_set_hint(
     key: *const c_char,
     value: *const c_char,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and
+    // NULL or valid NUL-terminated strings / byte ranges as the header says.
     unsafe {
         with_options(options, |o| {
             let (k, v) = (c_str(key, "key")?, c_str(value, "value")?);
@@ -318,6 +326,8 @@ pub unsafe extern "C" fn lmdbio_options_set_shuffle(
     seed: u64,
     chunk_records: u64,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and
+    // NULL or valid NUL-terminated strings / byte ranges as the header says.
     unsafe {
         with_options(options, |o| {
             o.shuffle_seed = Some(seed);
@@ -333,6 +343,8 @@ pub unsafe extern "C" fn lmdbio_options_set_resume(
     cursor: *const c_void,
     len: usize,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and
+    // NULL or valid NUL-terminated strings / byte ranges as the header says.
     unsafe {
         with_options(options, |o| {
             if cursor.is_null() {
@@ -354,6 +366,8 @@ pub unsafe extern "C" fn lmdbio_options_set_resume_job(
     len: usize,
     repartition: c_int,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and
+    // NULL or valid NUL-terminated strings / byte ranges as the header says.
     unsafe {
         with_options(options, |o| {
             if job_cursor.is_null() {
@@ -574,6 +588,7 @@ unsafe fn report<T>(
         // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
         // NULL or a writable out pointer.
         let e = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        // SAFETY: as above, for the out pointer.
         let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
         *out = read(&e.engine)?;
         Ok(())
@@ -582,11 +597,15 @@ unsafe fn report<T>(
 
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
+    // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
+    // NULL or a writable out pointer.
     unsafe { report(engine, out, |e| Ok(e.records())) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_step_limit(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
+    // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
+    // NULL or a writable out pointer.
     unsafe { report(engine, out, |e| Ok(e.step_limit().unwrap_or(u64::MAX))) }
 }
 
@@ -609,6 +628,7 @@ pub unsafe extern "C" fn lmdbio_rank_info(
             (node_rank, e.node_rank()),
             (node_size, e.node_size()),
         ] {
+            // SAFETY: the caller passes NULL or a writable int for each.
             if let Some(p) = unsafe { p.as_mut() } {
                 *p = v as c_int;
             }
@@ -623,6 +643,8 @@ pub unsafe extern "C" fn lmdbio_counters_get(
     engine: *const lmdbio_engine,
     out: *mut lmdbio_counters,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
+    // NULL or a writable out pointer.
     unsafe { report(engine, out, |e| Ok(e.counters().into())) }
 }
 
@@ -632,6 +654,8 @@ pub unsafe extern "C" fn lmdbio_node_counters(
     engine: *const lmdbio_engine,
     out: *mut lmdbio_counters,
 ) -> c_int {
+    // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
+    // NULL or a writable out pointer.
     unsafe { report(engine, out, |e| Ok(e.node_counters()?.into())) }
 }
 

@@ -22,6 +22,7 @@ pub(crate) struct WindowRange {
 // alive until every thread writing it has been joined, and no one else reads
 // or writes the range until then (the round is published only after).
 unsafe impl Send for WindowRange {}
+// SAFETY: as for Send; the threads sharing a range write disjoint parts.
 unsafe impl Sync for WindowRange {}
 
 impl WindowRange {

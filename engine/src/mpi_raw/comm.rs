@@ -85,11 +85,13 @@ impl Comm {
     /// theirs, and makes MPI errors on it return codes.
     pub fn dup(raw: RawComm) -> Result<Comm> {
         check_usable(raw)?;
-        // SAFETY: `raw` is a communicator handle from the caller; out is a
-        // valid pointer for the new handle.
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut out = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
         check(
+            // SAFETY: `raw` is a communicator handle from the caller (checked
+            // usable); out and request are valid pointers for the new handles.
             unsafe { ffi::MPI_Comm_idup(raw, &mut out, &mut request) },
             "MPI_Comm_idup",
         )?;
@@ -121,9 +123,9 @@ impl Comm {
             size: 0,
             owned: true,
         };
-        // SAFETY: raw is a valid communicator we own; the errhandler
-        // constant is always valid.
         check(
+            // SAFETY: raw is a valid communicator we own; the errhandler
+            // constant is always valid.
             unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
             "MPI_Comm_set_errhandler",
         )?;
@@ -133,12 +135,13 @@ impl Comm {
     /// Fills in this rank's rank and the size.
     fn sized(mut self) -> Result<Comm> {
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
-        // SAFETY: valid communicator and out pointers.
         check(
+            // SAFETY: valid communicator and out pointers.
             unsafe { ffi::MPI_Comm_rank(self.raw, &mut rank) },
             "MPI_Comm_rank",
         )?;
         check(
+            // SAFETY: valid communicator and out pointer.
             unsafe { ffi::MPI_Comm_size(self.raw, &mut size) },
             "MPI_Comm_size",
         )?;
@@ -161,9 +164,10 @@ impl Comm {
 
     /// The ranks that share memory with this one (`MPI_COMM_TYPE_SHARED`).
     pub fn split_shared(&self) -> Result<Comm> {
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut out = unsafe { ffi::RSMPI_COMM_NULL };
-        // SAFETY: valid communicator, constants from the shim, out pointer.
         check(
+            // SAFETY: valid communicator, constants from the shim, out pointer.
             unsafe {
                 ffi::MPI_Comm_split_type(
                     self.raw,
@@ -183,12 +187,14 @@ impl Comm {
     pub fn split(&self, color: Option<usize>, key: usize) -> Result<Option<Comm>> {
         // SAFETY: reading an immutable constant.
         let color = color.map_or(unsafe { ffi::RSMPI_UNDEFINED }, |c| c as c_int);
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut out = unsafe { ffi::RSMPI_COMM_NULL };
-        // SAFETY: valid communicator and out pointer.
         check(
+            // SAFETY: valid communicator and out pointer.
             unsafe { ffi::MPI_Comm_split(self.raw, color, key as c_int, &mut out) },
             "MPI_Comm_split",
         )?;
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         if out == unsafe { ffi::RSMPI_COMM_NULL } {
             return Ok(None);
         }
@@ -202,12 +208,14 @@ impl Comm {
     /// all of `self` kept every rank spinning for every group.
     pub fn create_group(&self, members: &[usize], tag: i32) -> Result<Comm> {
         let ranks: Vec<c_int> = members.iter().map(|&r| r as c_int).collect();
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut parent = unsafe { ffi::RSMPI_GROUP_NULL };
-        // SAFETY: valid communicator; parent is an out pointer.
         check(
+            // SAFETY: valid communicator; parent is an out pointer.
             unsafe { ffi::MPI_Comm_group(self.raw, &mut parent) },
             "MPI_Comm_group",
         )?;
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut group = unsafe { ffi::RSMPI_GROUP_NULL };
         // SAFETY: parent is the group just obtained; ranks holds
         // ranks.len() valid ranks of it; group is an out pointer.
@@ -220,6 +228,7 @@ impl Comm {
         // SAFETY: we own parent and free it once.
         unsafe { ffi::MPI_Group_free(&mut parent) };
         included?;
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut out = unsafe { ffi::RSMPI_COMM_NULL };
         // SAFETY: valid communicator and group (this rank is a member, as
         // callers ensure); out is an out pointer.
@@ -237,9 +246,9 @@ impl Comm {
     /// check, `MPI_Comm_compare`).
     pub fn same_ranks_as(&self, other: RawComm) -> Result<bool> {
         let mut result: c_int = 0;
-        // SAFETY: both handles are valid communicators; result is an out
-        // pointer.
         check(
+            // SAFETY: both handles are valid communicators; result is an out
+            // pointer.
             unsafe { ffi::MPI_Comm_compare(self.raw, other, &mut result) },
             "MPI_Comm_compare",
         )?;
@@ -249,9 +258,10 @@ impl Comm {
 
     /// A barrier that waits without spinning (see `wait_politely`).
     pub fn barrier(&self) -> Result<()> {
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: valid communicator and request out pointer.
         check(
+            // SAFETY: valid communicator and request out pointer.
             unsafe { ffi::MPI_Ibarrier(self.raw, &mut request) },
             "MPI_Ibarrier",
         )?;
@@ -269,10 +279,11 @@ impl Comm {
             }
         };
         let send = values.to_vec();
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: send and values hold values.len() i64s each and live until
-        // the request completes below; the datatype matches.
         check(
+            // SAFETY: send and values hold values.len() i64s each and live until
+            // the request completes below; the datatype matches.
             unsafe {
                 ffi::MPI_Iallreduce(
                     send.as_ptr() as *const c_void,
@@ -337,10 +348,11 @@ impl Comm {
         count: usize,
         datatype: ffi::MPI_Datatype,
     ) -> Result<()> {
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: forwarded from the caller; the communicator is valid and
-        // the buffer outlives the request, completed before returning.
         check(
+            // SAFETY: forwarded from the caller; the communicator is valid and
+            // the buffer outlives the request, completed before returning.
             unsafe {
                 ffi::MPI_Ibcast(
                     buf,
@@ -360,10 +372,11 @@ impl Comm {
     /// contributions, rank-major.
     pub fn allgather_i64(&self, mine: &[i64]) -> Result<Vec<i64>> {
         let mut all = vec![0i64; mine.len() * self.size];
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: send holds mine.len() i64s, recv size*mine.len(); both
-        // outlive the request, completed before returning.
         check(
+            // SAFETY: send holds mine.len() i64s, recv size*mine.len(); both
+            // outlive the request, completed before returning.
             unsafe {
                 ffi::MPI_Iallgather(
                     mine.as_ptr() as *const c_void,
@@ -472,9 +485,9 @@ fn wait_all_politely(requests: &mut [ffi::MPI_Request], call: &'static str) -> R
     let mut pause = FIRST_PAUSE;
     loop {
         let mut done: c_int = 0;
-        // SAFETY: requests we started (or null ones); MPI_STATUSES_IGNORE
-        // is a valid statuses argument.
         check(
+            // SAFETY: requests we started (or null ones); MPI_STATUSES_IGNORE
+            // is a valid statuses argument.
             unsafe {
                 ffi::MPI_Testall(
                     requests.len() as c_int,

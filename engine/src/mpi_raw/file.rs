@@ -53,6 +53,8 @@ pub struct MpiFile {
 // the process; MPI itself decides which threads may call it, and the engine
 // only calls it from the thread that drives the engine (see MpiFileSource).
 unsafe impl Send for MpiFile {}
+// SAFETY: as for Send: the handle is a token, and the calls on it are
+// made from one thread at a time.
 unsafe impl Sync for MpiFile {}
 
 impl MpiFile {
@@ -63,6 +65,7 @@ impl MpiFile {
             Error::InvalidArgument(format!("{}: path contains a NUL byte", path.display()))
         })?;
         let info = Info::new(hints)?;
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut raw = unsafe { ffi::RSMPI_FILE_NULL };
         // SAFETY: valid communicator, NUL-terminated path, info handle and
         // out pointer.
@@ -88,14 +91,14 @@ impl MpiFile {
             readers,
             run_view: std::sync::atomic::AtomicBool::new(false),
         };
-        // SAFETY: raw is the file just opened; errors on it must return.
         check(
+            // SAFETY: raw is the file just opened; errors on it must return.
             unsafe { ffi::MPI_File_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
             "MPI_File_set_errhandler",
         )?;
         let mut size: ffi::MPI_Offset = 0;
-        // SAFETY: valid file and out pointer.
         check(
+            // SAFETY: valid file and out pointer.
             unsafe { ffi::MPI_File_get_size(raw, &mut size) },
             "MPI_File_get_size",
         )?;
@@ -132,9 +135,9 @@ impl MpiFile {
         for (i, chunk) in buf.chunks_mut(MAX_BLOCK as usize).enumerate() {
             let at = offset + i as u64 * MAX_BLOCK;
             let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-            // SAFETY: chunk is a valid writable buffer of chunk.len() (< 2^31)
-            // bytes; status is a valid out location.
             check(
+                // SAFETY: chunk is a valid writable buffer of chunk.len() (< 2^31)
+                // bytes; status is a valid out location.
                 unsafe {
                     ffi::MPI_File_read_at(
                         self.raw,
@@ -278,9 +281,9 @@ impl MpiFile {
         len: usize,
     ) -> Result<std::mem::MaybeUninit<ffi::MPI_Status>> {
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: forwarded from the caller; len fits an int (checked by
-        // read_collectively).
         check(
+            // SAFETY: forwarded from the caller; len fits an int (checked by
+            // read_collectively).
             unsafe {
                 ffi::MPI_File_read_at_all(
                     self.raw,
@@ -309,6 +312,7 @@ impl MpiFile {
                 off += n;
             }
         }
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let byte = unsafe { ffi::RSMPI_UINT8_T };
         let filetype = if lens.is_empty() {
             None
@@ -408,9 +412,11 @@ impl Info {
     fn new(hints: &[(String, String)]) -> Result<Info> {
         if hints.is_empty() {
             return Ok(Info {
+                // SAFETY: reads a handle constant of the MPI shim (plain data).
                 raw: unsafe { ffi::RSMPI_INFO_NULL },
             });
         }
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut raw = unsafe { ffi::RSMPI_INFO_NULL };
         // SAFETY: out pointer is valid.
         check(unsafe { ffi::MPI_Info_create(&mut raw) }, "MPI_Info_create")?;
@@ -422,8 +428,8 @@ impl Info {
                 CString::new(v.as_str())
                     .map_err(|_| Error::InvalidArgument("hint value has a NUL".into()))?,
             );
-            // SAFETY: valid info handle and NUL-terminated strings.
             check(
+                // SAFETY: valid info handle and NUL-terminated strings.
                 unsafe { ffi::MPI_Info_set(info.raw, k.as_ptr(), v.as_ptr()) },
                 "MPI_Info_set",
             )?;
@@ -434,6 +440,7 @@ impl Info {
 
 impl Drop for Info {
     fn drop(&mut self) {
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         if self.raw != unsafe { ffi::RSMPI_INFO_NULL } {
             // SAFETY: we created this info object and free it once.
             unsafe { ffi::MPI_Info_free(&mut self.raw) };
@@ -448,9 +455,10 @@ struct Datatype {
 
 impl Datatype {
     fn hindexed(lens: &[c_int], displs: &[ffi::MPI_Aint]) -> Result<Datatype> {
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut raw = unsafe { ffi::RSMPI_DATATYPE_NULL };
-        // SAFETY: lens and displs have the same length; out pointer valid.
         check(
+            // SAFETY: lens and displs have the same length; out pointer valid.
             unsafe {
                 ffi::MPI_Type_create_hindexed(
                     lens.len() as c_int,
@@ -463,8 +471,8 @@ impl Datatype {
             "MPI_Type_create_hindexed",
         )?;
         let mut t = Datatype { raw };
-        // SAFETY: commit the type we just created.
         check(
+            // SAFETY: commit the type we just created.
             unsafe { ffi::MPI_Type_commit(&mut t.raw) },
             "MPI_Type_commit",
         )?;

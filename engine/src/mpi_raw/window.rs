@@ -34,6 +34,7 @@ impl SharedWindow {
     pub fn allocate(node: &Comm, len: usize) -> Result<SharedWindow> {
         let mine = if node.rank() == 0 { len.max(1) } else { 0 };
         let mut base: *mut c_void = std::ptr::null_mut();
+        // SAFETY: reads a handle constant of the MPI shim (plain data).
         let mut win = unsafe { ffi::RSMPI_WIN_NULL };
         // SAFETY: valid communicator; base and win are out pointers; the
         // displacement unit of 1 makes offsets plain bytes.
@@ -60,16 +61,16 @@ impl SharedWindow {
             owner: node.rank() == 0,
             huge: AtomicBool::new(false),
         };
-        // SAFETY: win is the window just created.
         check(
+            // SAFETY: win is the window just created.
             unsafe { ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN) },
             "MPI_Win_set_errhandler",
         )?;
         let mut size: ffi::MPI_Aint = 0;
         let mut disp: c_int = 0;
         let mut shared: *mut c_void = std::ptr::null_mut();
-        // SAFETY: rank 0's segment of a valid shared window; out pointers valid.
         check(
+            // SAFETY: rank 0's segment of a valid shared window; out pointers valid.
             unsafe {
                 ffi::MPI_Win_shared_query(
                     win,
