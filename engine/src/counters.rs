@@ -3,7 +3,7 @@
 
 use crate::data_file::RunsRead;
 
-/// Per-rank counters; [`Engine::node_counters`] sums a node's.
+/// Per-rank counters; [`Engine::node_counters`](crate::Engine::node_counters) sums a node's.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Counters {
     pub bytes_read: u64,
@@ -24,7 +24,7 @@ pub struct Counters {
     pub wait_seconds: f64,
     /// What opening had to make with blocking MPI calls: 1 for the node
     /// communicators, 1 for the shared window; 0 when both were kept from
-    /// an earlier engine or made by [`prepare`].
+    /// an earlier engine or made by [`prepare`](crate::prepare).
     pub setup_made: u64,
     /// Of `read_requests`, those read around the page cache (direct I/O).
     pub direct_read_requests: u64,

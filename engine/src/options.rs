@@ -59,7 +59,7 @@ pub struct EngineOptions {
     /// Continue from this rank's cursor, taken by a job with the same rank
     /// count, order options and database.
     pub resume: Option<Cursor>,
-    /// Continue from a job cursor ([`Engine::job_cursor`]) taken with the
+    /// Continue from a job cursor ([`Engine::job_cursor`](crate::Engine::job_cursor)) taken with the
     /// same order options and database: exactly on the same rank count, or
     /// on another one when `repartition` is set (see [`lmdbio_core::resume`]).
     pub resume_job: Option<JobCursor>,
@@ -74,10 +74,10 @@ pub struct EngineOptions {
     /// epochs are neither read nor delivered (under `Tail::Wrap` the batch
     /// that would reach into the next epoch comes short), and the step
     /// limit becomes the first step with nothing left of those epochs on
-    /// any rank ([`Engine::step_limit`]). Under `Tail::Wrap` a job of
+    /// any rank ([`Engine::step_limit`](crate::Engine::step_limit)). Under `Tail::Wrap` a job of
     /// whole epochs otherwise reads up to a batch per rank of the next
     /// epoch; on many ranks that is a large part of an epoch. Epochs count
-    /// from the job's first, as in [`BatchRecord::epoch`]. `None`: unbounded.
+    /// from the job's first, as in [`BatchRecord::epoch`](crate::BatchRecord::epoch). `None`: unbounded.
     pub epoch_limit: Option<u64>,
     /// Read the next round into the other half of the window while the
     /// ranks work on the current one, on helper threads (collective reads
