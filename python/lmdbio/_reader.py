@@ -1,0 +1,216 @@
+"""lmdbio.Reader: the engine from Python."""
+
+import os
+
+from . import _lmdbio, _mpi
+
+STATE_FORMAT = "lmdbio.job_cursor"
+STATE_VERSION = 1
+
+
+class Reader:
+    """Reads an LMDB database in batches, on every rank of an MPI job.
+
+    ``Reader(path, batch_size)`` opens the database (a directory holding
+    ``data.mdb``, or the data file) on every rank of the communicator;
+    iterating it yields :class:`lmdbio.Batch` objects, one per step, until
+    ``epochs`` epochs are read (``None``: forever). A batch iterates as
+    ``(key, value)`` pairs of zero-copy :class:`lmdbio.Buffer` objects into
+    the node's shared memory (``bytes(v)``, ``memoryview(v)``,
+    ``hashlib.sha256(v)`` and ``numpy.frombuffer(v, ...)`` work), valid
+    until the next batch is asked for; ``batch.epoch`` and ``len(batch)``.
+
+    Opening, each step and closing are collective: every rank of the
+    communicator makes the same calls. A failure on any rank raises an
+    :class:`lmdbio.Error` on every rank. The GIL is released while the
+    engine reads and waits, and Ctrl-C raises ``KeyboardInterrupt`` while it
+    waits (a batch it was fetching is delivered by the next step).
+
+    Arguments:
+      path: the database directory or its data file.
+      batch_size: records per batch per rank.
+      comm: an mpi4py communicator (any); default MPI_COMM_WORLD, with MPI
+        initialised by lmdbio if nobody has (a plain ``python train.py`` is
+        a world of one).
+      epochs: stop after this many epochs (counted from the job's first,
+        also when resuming); ``None``: never stop.
+      shuffle: shuffle every epoch (a chunked shuffle, see docs/python.md);
+        ``seed`` makes it repeatable, ``shuffle_chunk`` sets records per
+        chunk.
+      partition: how an epoch is split among ranks: ``"contiguous"``
+        (default), ``"round_robin"`` (batches dealt in turn) or
+        ``"strided"`` (record i to rank i mod P, as Caffe does).
+      tail: ``"short"`` (default): each epoch ends with a short, possibly
+        empty, batch on every rank; ``"wrap"``: batches are always full and
+        the last one of an epoch runs into the next (Caffe's behaviour).
+      ranks_per_node: group this many consecutive ranks into a node instead
+        of the machine's ranks (to emulate several nodes on one machine).
+      readers_per_node: ranks per node that open the file (default 1).
+      subdb: a named database to read instead of the main one.
+      state: a dict from :meth:`state_dict` to resume from, exactly.
+      repartition: allow ``state`` from a job with another rank count: the
+        records of its current epoch not yet handed out are split among
+        this job's ranks, then normal epochs follow.
+      window_bytes, prefetch, collective, read_streams, direct_io
+        (``"auto"``, ``"never"``, ``"always"``), overlap, hints: the
+        engine's read options (see docs/python.md).
+
+    Under ``torchrun`` without ``mpiexec`` (``RANK``/``WORLD_SIZE`` set, an
+    MPI world of one) each process reads its own share of a ``WORLD_SIZE``
+    job; see :mod:`lmdbio` for what that mode gives up.
+    """
+
+    def __init__(self, path, batch_size, *, comm=None, epochs=None, shuffle=None,
+                 seed=0, shuffle_chunk=None, partition="contiguous", tail="short",
+                 ranks_per_node=None, readers_per_node=None, subdb=None, state=None,
+                 repartition=False, window_bytes=None, prefetch=None, collective=None,
+                 read_streams=None, direct_io=None, overlap=None, hints=None):
+        _mpi.ensure_mpi()
+        handle = None if comm is None else _mpi.handle_of(comm)
+        self._options = dict(
+            epochs=epochs, shuffle_seed=int(seed) if shuffle else None,
+            shuffle_chunk=shuffle_chunk, partition=partition, tail=tail,
+            ranks_per_node=ranks_per_node, readers_per_node=readers_per_node,
+            subdb=subdb, window_bytes=window_bytes, prefetch=prefetch,
+            collective=collective, read_streams=read_streams, direct_io=direct_io,
+            overlap=overlap, hints=dict(hints) if hints else None,
+        )
+        self._path = os.fspath(path)
+        self._batch_size = int(batch_size)
+        self._handle = handle
+        self._engine = None
+        self._open(state, repartition)
+
+    def _open(self, state, repartition):
+        job_cursor = None if state is None else _job_cursor_of(state)
+        self._engine = _lmdbio._Engine(
+            self._path, self._batch_size, self._handle, job_cursor=job_cursor,
+            repartition=bool(repartition), **self._options)
+        _mpi.register(self)
+
+    # Iteration -----------------------------------------------------------
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = self._live().next()
+        if batch is None:
+            raise StopIteration
+        return batch
+
+    def next_batch(self):
+        """The next batch, or ``None`` once ``epochs`` epochs are read."""
+        return self._live().next()
+
+    # Position ------------------------------------------------------------
+
+    def state_dict(self):
+        """The job's position as a plain dict (picklable, JSON-able).
+
+        Collective: every rank calls it at the same step; every rank gets
+        the same dict (all ranks' cursors), so any rank may save it.
+        ``Reader(..., state=d)`` or :meth:`load_state_dict` resumes from it
+        exactly; with ``repartition=True`` also on another rank count.
+        """
+        engine = self._live()
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "job_cursor": engine.job_cursor().hex(),
+            "ranks": engine.ranks,
+            "step": engine.step,
+            "records": engine.records,
+        }
+
+    def load_state_dict(self, state, repartition=False):
+        """Continues from ``state`` (see :meth:`state_dict`): closes and
+        reopens the engine there. Collective."""
+        self.close()
+        self._open(state, repartition)
+
+    # Information -----------------------------------------------------------
+
+    @property
+    def rank(self):
+        """This rank in the reader's communicator."""
+        return self._live().rank
+
+    @property
+    def ranks(self):
+        """Ranks in the reader's communicator."""
+        return self._live().ranks
+
+    @property
+    def node_rank(self):
+        return self._live().node_rank
+
+    @property
+    def node_size(self):
+        return self._live().node_size
+
+    @property
+    def records(self):
+        """Records in the database."""
+        return self._live().records
+
+    @property
+    def step(self):
+        """The next step (batches delivered so far, counted from the job's start)."""
+        return self._live().step
+
+    @property
+    def step_limit(self):
+        """The step at which iteration ends (``None``: never)."""
+        return self._live().step_limit
+
+    def steps_for_epochs(self, epochs):
+        """The step at which the job's first ``epochs`` epochs are done on every rank."""
+        return self._live().steps_for_epochs(int(epochs))
+
+    def counters(self, node=False):
+        """This rank's I/O counters (dict); ``node=True``: the node's sums (collective)."""
+        return self._live().counters(node)
+
+    # Life ----------------------------------------------------------------
+
+    def close(self):
+        """Closes the reader (collective). Batches become invalid."""
+        if self._engine is not None and not self._engine.closed:
+            self._engine.close()
+
+    @property
+    def closed(self):
+        return self._engine is None or self._engine.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if self.closed:
+            raise _lmdbio.InvalidArgument("the reader is closed")
+        return self._engine
+
+    def __repr__(self):
+        if self.closed:
+            return f"<lmdbio.Reader {self._path!r} closed>"
+        e = self._engine
+        return (f"<lmdbio.Reader {self._path!r} batch_size={self._batch_size} "
+                f"rank={e.rank}/{e.ranks} step={e.step}>")
+
+
+def _job_cursor_of(state):
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise _lmdbio.InvalidArgument(
+            "state is not an lmdbio Reader.state_dict() (no 'format': "
+            f"{STATE_FORMAT!r})")
+    if state.get("version") != STATE_VERSION:
+        raise _lmdbio.InvalidArgument(
+            f"state version {state.get('version')!r} is not {STATE_VERSION}")
+    try:
+        return bytes.fromhex(state["job_cursor"])
+    except (KeyError, TypeError, ValueError):
+        raise _lmdbio.InvalidArgument("state has no valid 'job_cursor'") from None

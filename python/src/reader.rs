@@ -1,0 +1,183 @@
+//! `_lmdbio._Engine`: the engine behind `lmdbio.Reader`, on its thread (see
+//! `worker`), handing out batches.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use lmdbio::engine::Counters;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::batch::{Batch, Generation};
+use crate::errors::to_py;
+use crate::mpi::{self, CommHandle};
+use crate::options::PyOptions;
+use crate::worker::{OpenInfo, Worker};
+
+#[pyclass(module = "lmdbio._lmdbio")]
+pub struct Engine {
+    worker: Worker,
+    info: OpenInfo,
+    generation: Generation,
+    step: u64,
+}
+
+#[pymethods]
+impl Engine {
+    /// Opens the engine; collective over the communicator (`comm`: an MPI
+    /// handle as an int, or None for MPI_COMM_WORLD). MPI must be
+    /// initialised (see `init_mpi`).
+    #[new]
+    #[pyo3(signature = (path, batch_size, comm=None, *, epochs=None, shuffle_seed=None,
+        shuffle_chunk=None, partition="contiguous".to_string(), tail="short".to_string(),
+        ranks_per_node=None, readers_per_node=None, subdb=None, window_bytes=None,
+        prefetch=None, collective=None, read_streams=None, direct_io=None, overlap=None,
+        hints=None, job_cursor=None, repartition=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        batch_size: usize,
+        comm: Option<i128>,
+        epochs: Option<u64>,
+        shuffle_seed: Option<u64>,
+        shuffle_chunk: Option<u64>,
+        partition: String,
+        tail: String,
+        ranks_per_node: Option<usize>,
+        readers_per_node: Option<usize>,
+        subdb: Option<String>,
+        window_bytes: Option<usize>,
+        prefetch: Option<usize>,
+        collective: Option<bool>,
+        read_streams: Option<usize>,
+        direct_io: Option<String>,
+        overlap: Option<bool>,
+        hints: Option<HashMap<String, String>>,
+        job_cursor: Option<Vec<u8>>,
+        repartition: bool,
+    ) -> PyResult<Engine> {
+        let options = PyOptions {
+            batch_size,
+            epochs,
+            shuffle_seed,
+            shuffle_chunk,
+            partition,
+            tail,
+            ranks_per_node,
+            readers_per_node,
+            subdb,
+            window_bytes,
+            prefetch,
+            collective,
+            read_streams,
+            direct_io,
+            overlap,
+            hints: hints.map(|h| h.into_iter().collect()).unwrap_or_default(),
+            job_cursor,
+            repartition,
+        };
+        // Bad options fail on every rank alike, before any collective call.
+        let options = options.engine_options().map_err(to_py)?;
+        let comm: CommHandle = mpi::comm_from(comm);
+        let (worker, info) = Worker::open(py, comm, path, options)?;
+        Ok(Engine {
+            worker,
+            step: info.step,
+            info,
+            generation: Generation::default(),
+        })
+    }
+
+    /// The next batch, or None past the step limit (the last epoch asked
+    /// for). Collective: every rank calls it once per step. Batches handed
+    /// out before become invalid.
+    fn next(&mut self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        if self.info.step_limit.is_some_and(|l| self.step >= l) {
+            return Ok(None);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let data = self.worker.next(py)?;
+        self.step = data.step + 1;
+        Ok(Some(Batch::new(data, &self.generation)))
+    }
+
+    /// This rank's cursor (local).
+    fn cursor<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.worker.cursor(py, false)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// The job cursor (collective: gathers every rank's cursor).
+    fn job_cursor<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.worker.cursor(py, true)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// This rank's counters, or (collective) the node's sums.
+    #[pyo3(signature = (node=false))]
+    fn counters(&mut self, py: Python<'_>, node: bool) -> PyResult<HashMap<&'static str, f64>> {
+        Ok(counters_dict(self.worker.counters(py, node)?))
+    }
+
+    /// The first step after the job's first `epochs` epochs.
+    fn steps_for_epochs(&mut self, py: Python<'_>, epochs: u64) -> PyResult<u64> {
+        self.worker.steps_for_epochs(py, epochs)
+    }
+
+    /// Closes the engine: collective.
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.worker.close(py)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        !self.worker.is_open()
+    }
+    #[getter]
+    fn rank(&self) -> usize {
+        self.info.rank
+    }
+    #[getter]
+    fn ranks(&self) -> usize {
+        self.info.ranks
+    }
+    #[getter]
+    fn node_rank(&self) -> usize {
+        self.info.node_rank
+    }
+    #[getter]
+    fn node_size(&self) -> usize {
+        self.info.node_size
+    }
+    #[getter]
+    fn records(&self) -> u64 {
+        self.info.records
+    }
+    #[getter]
+    fn step(&self) -> u64 {
+        self.step
+    }
+    #[getter]
+    fn step_limit(&self) -> Option<u64> {
+        self.info.step_limit
+    }
+}
+
+pub fn counters_dict(c: Counters) -> HashMap<&'static str, f64> {
+    HashMap::from([
+        ("bytes_read", c.bytes_read as f64),
+        ("read_requests", c.read_requests as f64),
+        ("file_opens", c.file_opens as f64),
+        ("index_bytes_read", c.index_bytes_read as f64),
+        ("bytes_delivered", c.bytes_delivered as f64),
+        ("records_delivered", c.records_delivered as f64),
+        ("rounds", c.rounds as f64),
+        ("io_seconds", c.io_seconds),
+        ("wait_seconds", c.wait_seconds),
+        ("direct_read_requests", c.direct_read_requests as f64),
+        ("step_agreements", c.step_agreements as f64),
+    ])
+}
