@@ -77,4 +77,7 @@ LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh
 step "benchmark smoke (small data; figures in docs/PERFORMANCE.md come from full runs)"
 LMDBIO_BENCH_RECORDS="${LMDBIO_BENCH_RECORDS:-300}" cargo bench -p lmdbio-benches --locked -q
 
+step "Python package (pytest under mpiexec)"
+bash scripts/test-python.sh
+
 step "all checks passed"

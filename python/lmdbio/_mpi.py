@@ -6,6 +6,7 @@ nobody has, and finalising it at exit after closing every open reader.
 """
 
 import atexit
+import os
 import sys
 import weakref
 
@@ -36,6 +37,24 @@ def ensure_mpi():
     if _lmdbio.init_mpi() and not _finalize_registered:
         atexit.register(_close_all_then_finalize)
         _finalize_registered = True
+
+
+_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                       "MV2_COMM_WORLD_SIZE", "SLURM_PMIXP_ABORT_AGENT_PORT")
+
+
+def torchrun_world():
+    """(rank, world size) when launched by torchrun (RANK and WORLD_SIZE
+    set) and not by an MPI launcher; None otherwise."""
+    env = os.environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    if any(v in env for v in _LAUNCHER_VARIABLES):
+        return None
+    try:
+        return int(env["RANK"]), int(env["WORLD_SIZE"])
+    except ValueError:
+        return None
 
 
 def register(reader):

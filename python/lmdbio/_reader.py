@@ -65,7 +65,9 @@ class Reader:
                  ranks_per_node=None, readers_per_node=None, subdb=None, state=None,
                  repartition=False, window_bytes=None, prefetch=None, collective=None,
                  read_streams=None, direct_io=None, overlap=None, hints=None):
-        _mpi.ensure_mpi()
+        self._torchrun = _mpi.torchrun_world() if comm is None else None
+        if self._torchrun is None:
+            _mpi.ensure_mpi()
         handle = None if comm is None else _mpi.handle_of(comm)
         self._options = dict(
             epochs=epochs, shuffle_seed=int(seed) if shuffle else None,
@@ -83,6 +85,15 @@ class Reader:
 
     def _open(self, state, repartition):
         job_cursor = None if state is None else _job_cursor_of(state)
+        if self._torchrun is not None:
+            o = self._options
+            rank, ranks = self._torchrun
+            self._engine = _lmdbio._LocalEngine(
+                self._path, self._batch_size, rank, ranks, job_cursor=job_cursor,
+                repartition=bool(repartition), epochs=o["epochs"],
+                shuffle_seed=o["shuffle_seed"], shuffle_chunk=o["shuffle_chunk"],
+                partition=o["partition"], tail=o["tail"], subdb=o["subdb"])
+            return
         self._engine = _lmdbio._Engine(
             self._path, self._batch_size, self._handle, job_cursor=job_cursor,
             repartition=bool(repartition), **self._options)
@@ -114,10 +125,14 @@ class Reader:
         exactly; with ``repartition=True`` also on another rank count.
         """
         engine = self._live()
+        if self._torchrun is None:
+            job_cursor = engine.job_cursor()
+        else:
+            job_cursor = engine.job_cursor_from(_gather_without_mpi(engine.cursor()))
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
-            "job_cursor": engine.job_cursor().hex(),
+            "job_cursor": job_cursor.hex(),
             "ranks": engine.ranks,
             "step": engine.step,
             "records": engine.records,
@@ -200,6 +215,23 @@ class Reader:
         e = self._engine
         return (f"<lmdbio.Reader {self._path!r} batch_size={self._batch_size} "
                 f"rank={e.rank}/{e.ranks} step={e.step}>")
+
+
+def _gather_without_mpi(mine):
+    """Every rank's cursor under torchrun, through torch.distributed."""
+    ranks = int(os.environ["WORLD_SIZE"])
+    if ranks == 1:
+        return [mine]
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise _lmdbio.InvalidArgument(
+            "under torchrun without MPI, state_dict() gathers every rank's "
+            "position through torch.distributed: call "
+            "torch.distributed.init_process_group() first")
+    cursors = [None] * dist.get_world_size()
+    dist.all_gather_object(cursors, bytes(mine))
+    return cursors
 
 
 def _job_cursor_of(state):

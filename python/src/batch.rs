@@ -20,6 +20,10 @@ use crate::worker::{BatchData, RecordRef};
 /// The reader's current generation, shared with its batches.
 pub type Generation = Arc<AtomicU64>;
 
+/// Memory a batch's records live in when it is not the node's window
+/// (see `local`): kept alive by the batch and every buffer from it.
+pub type Owner = Option<Arc<dyn std::any::Any + Send + Sync>>;
+
 /// A read-only view of one key or value in the node's shared memory.
 /// Supports the buffer protocol: `bytes(v)`, `memoryview(v)`,
 /// `hashlib.sha256(v)`, `numpy.frombuffer(v, ...)`. Valid until the
@@ -30,6 +34,7 @@ pub struct Buffer {
     len: usize,
     generation: u64,
     current: Generation,
+    _owner: Owner,
 }
 
 // SAFETY: see RecordRef: the memory stays mapped; validity is checked by
@@ -118,6 +123,7 @@ pub struct Batch {
     pub epoch: u64,
     generation: u64,
     current: Generation,
+    owner: Owner,
 }
 
 impl Batch {
@@ -128,6 +134,19 @@ impl Batch {
             epoch: data.epoch,
             generation: current.load(Ordering::Acquire),
             current: current.clone(),
+            owner: None,
+        }
+    }
+
+    /// A batch whose records live in `owner`'s memory.
+    pub fn with_owner(
+        data: BatchData,
+        current: &Generation,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Batch {
+        Batch {
+            owner: Some(owner),
+            ..Batch::new(data, current)
         }
     }
 
@@ -137,6 +156,7 @@ impl Batch {
             len,
             generation: self.generation,
             current: self.current.clone(),
+            _owner: self.owner.clone(),
         }
     }
 

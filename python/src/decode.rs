@@ -14,6 +14,29 @@ use crate::errors::to_py;
 /// the shape, the label(s), and whether the contents are float32.
 type Out<'py, S, L> = (Bound<'py, PyByteArray>, S, L, bool);
 
+/// A decoded batch: N×C×H×W contents, labels, and whether float32.
+type BatchOut<'py> = Out<'py, (usize, usize, usize, usize), Vec<i32>>;
+
+/// Stacked records: contents, shape, labels, whether float32.
+struct Stacked {
+    data: Vec<u8>,
+    shape: [usize; 4],
+    labels: Vec<i32>,
+    is_float: bool,
+}
+
+impl Stacked {
+    fn into_py(self, py: Python<'_>) -> BatchOut<'_> {
+        let [n, c, h, w] = self.shape;
+        (
+            PyByteArray::new(py, &self.data),
+            (n, c, h, w),
+            self.labels,
+            self.is_float,
+        )
+    }
+}
+
 fn bytes_of(p: &Pixels) -> &[u8] {
     match p {
         Pixels::U8(v) => v,
@@ -79,7 +102,7 @@ fn decode_all(values: &[&[u8]], threads: usize) -> Vec<Result<Decoded>> {
 }
 
 /// Stacks same-shaped decoded records into one N×C×H×W array.
-fn stack(decoded: Vec<Result<Decoded>>) -> Result<(Vec<u8>, [usize; 4], Vec<i32>, bool)> {
+fn stack(decoded: Vec<Result<Decoded>>) -> Result<Stacked> {
     let n = decoded.len();
     let mut data = Vec::new();
     let mut labels = Vec::with_capacity(n);
@@ -107,7 +130,12 @@ fn stack(decoded: Vec<Result<Decoded>>) -> Result<(Vec<u8>, [usize; 4], Vec<i32>
         labels.push(d.label);
     }
     let (s, is_float) = shape.unwrap_or(([0, 0, 0], false));
-    Ok((data, [n, s[0], s[1], s[2]], labels, is_float))
+    Ok(Stacked {
+        data,
+        shape: [n, s[0], s[1], s[2]],
+        labels,
+        is_float,
+    })
 }
 
 /// `decode_batch(batch, threads) -> (bytearray, (N, C, H, W), labels,
@@ -117,16 +145,16 @@ fn decode_batch<'py>(
     py: Python<'py>,
     batch: &Bound<'py, Batch>,
     threads: usize,
-) -> PyResult<Out<'py, (usize, usize, usize, usize), Vec<i32>>> {
+) -> PyResult<BatchOut<'py>> {
     let batch = batch.get();
     batch.check()?;
     let values: Vec<&[u8]> = (0..batch.records.len())
         .map(|i| batch.value_bytes(i))
         .collect();
-    let (data, [n, c, h, w], labels, is_float) = py
+    let stacked = py
         .allow_threads(|| stack(decode_all(&values, threads)))
         .map_err(to_py)?;
-    Ok((PyByteArray::new(py, &data), (n, c, h, w), labels, is_float))
+    Ok(stacked.into_py(py))
 }
 
 /// `decode_many(buffers, threads)`: as `decode_batch`, for any buffers.
@@ -135,15 +163,15 @@ fn decode_many<'py>(
     py: Python<'py>,
     buffers: Vec<PyBuffer<u8>>,
     threads: usize,
-) -> PyResult<Out<'py, (usize, usize, usize, usize), Vec<i32>>> {
+) -> PyResult<BatchOut<'py>> {
     let values = buffers
         .iter()
         .map(buffer_bytes)
         .collect::<PyResult<Vec<_>>>()?;
-    let (data, [n, c, h, w], labels, is_float) = py
+    let stacked = py
         .allow_threads(|| stack(decode_all(&values, threads)))
         .map_err(to_py)?;
-    Ok((PyByteArray::new(py, &data), (n, c, h, w), labels, is_float))
+    Ok(stacked.into_py(py))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -9,6 +9,7 @@ mod batch;
 mod datum;
 mod decode;
 mod errors;
+mod local;
 mod mpi;
 mod options;
 mod reader;
@@ -58,6 +59,7 @@ fn comm_rank_size(comm: Option<i128>) -> PyResult<(usize, usize)> {
 fn _lmdbio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add("_Engine", m.py().get_type::<reader::Engine>())?;
+    m.add("_LocalEngine", m.py().get_type::<local::LocalEngine>())?;
     m.add_class::<batch::Batch>()?;
     m.add_class::<batch::Buffer>()?;
     m.add_function(wrap_pyfunction!(init_mpi, m)?)?;
