@@ -305,3 +305,18 @@ def test_plain_process_is_a_world_of_one(layouts, tmp_path):
     COMM.barrier()
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", str(len(records))]
+
+
+@pytest.mark.skipif(COMM.size < 2, reason="needs a rank that does not fail")
+def test_one_ranks_failure_raises_on_every_rank(workdir, layouts):
+    """Only the last rank's path is bad (every rank reads for itself, in a
+    node of its own): every rank raises, none hangs, the others name it."""
+    path = layouts["small"][0]
+    if COMM.rank == COMM.size - 1:
+        path = os.path.join(workdir, "missing-on-one-rank")
+    with pytest.raises(lmdbio.Error) as e:
+        lmdbio.Reader(path, 8, ranks_per_node=1)
+    assert e.value.kind == "not_found"
+    if COMM.rank != COMM.size - 1:
+        assert e.value.rank == COMM.size - 1, str(e.value)
+    assert "missing-on-one-rank" in str(e.value)

@@ -1,0 +1,163 @@
+"""PyTorch input loops over a Caffe LMDB, cold, under mpiexec: one epoch per
+method, every rank reading its contiguous share, the data file dropped from
+the page cache before each method. Prints one JSON line per method (rank 0).
+
+    mpiexec -n P python benches/python_input.py DB [--batch 64] [--workers 2]
+
+Methods:
+  reader  lmdbio.Reader, touching every value (len) in Python
+  torch   lmdbio.torch.CaffeDataset: batches decoded to uint8 N×C×H×W tensors
+  pylmdb  a py-lmdb Dataset (txn.get per sample, Datum parsed with numpy)
+          through DataLoader(batch_size=B, num_workers=W): how PyTorch users
+          read LMDB today
+"""
+
+import argparse
+import json
+import os
+import time
+
+import lmdb
+import numpy as np
+import torch
+from mpi4py import MPI
+from torch.utils.data import DataLoader, Dataset
+
+import lmdbio
+import lmdbio.torch
+
+COMM = MPI.COMM_WORLD
+
+
+def evict(db):
+    """Drops the data file from the page cache (rank 0, then everyone waits)."""
+    COMM.barrier()
+    if COMM.rank == 0:
+        path = os.path.join(db, "data.mdb") if os.path.isdir(db) else db
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    COMM.barrier()
+
+
+def parse_datum(buf):
+    """Raw uint8 Datum -> (C×H×W array, label), in numpy (the usual way
+    without Caffe's protobuf module)."""
+    fields, at, n = {}, 0, len(buf)
+    while at < n:
+        tag, at = _varint(buf, at)
+        if tag & 7 == 0:
+            fields[tag >> 3], at = _varint(buf, at)
+        else:
+            size, at = _varint(buf, at)
+            fields[tag >> 3] = buf[at: at + size]
+            at += size
+    shape = (fields[1], fields[2], fields[3])
+    return np.frombuffer(fields[4], np.uint8).reshape(shape), fields.get(5, 0)
+
+
+def _varint(buf, at):
+    value = shift = 0
+    while True:
+        b = buf[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, at
+
+
+class PyLmdbDataset(Dataset):
+    def __init__(self, path, keys):
+        self.path, self.keys, self.env = path, keys, None
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, i):
+        if self.env is None:
+            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False,
+                                 max_readers=512)
+        with self.env.begin(buffers=True) as txn:
+            image, label = parse_datum(txn.get(self.keys[i]))
+        return torch.from_numpy(image.copy()), label
+
+
+def my_keys(db):
+    env = lmdb.open(db, readonly=True, lock=False)
+    with env.begin() as txn:
+        keys = list(txn.cursor().iternext(values=False))
+    env.close()
+    n, p, r = len(keys), COMM.size, COMM.rank
+    start = r * (n // p) + min(r, n % p)
+    return keys[start: start + n // p + (r < n % p)]
+
+
+def run_reader(args):
+    records = nbytes = 0
+    with lmdbio.Reader(args.db, args.batch, epochs=1) as r:
+        for batch in r:
+            for _, v in batch:
+                nbytes += len(v)
+            records += len(batch)
+    return records, nbytes
+
+
+def run_torch(args):
+    records = nbytes = 0
+    ds = lmdbio.torch.CaffeDataset(args.db, args.batch, epochs=1,
+                                   decode_threads=args.decode_threads)
+    for x, y in DataLoader(ds, batch_size=None, num_workers=0):
+        records += len(y)
+        nbytes += x.numel()
+    ds.close()
+    return records, nbytes
+
+
+def run_pylmdb(args, keys):
+    records = nbytes = 0
+    loader = DataLoader(PyLmdbDataset(args.db, keys), batch_size=args.batch, shuffle=False,
+                        num_workers=args.workers)
+    for x, y in loader:
+        records += len(y)
+        nbytes += x.numel()
+    return records, nbytes
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("db")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--decode-threads", type=int, default=2)
+    p.add_argument("--methods", default="reader,torch,pylmdb")
+    p.add_argument("--label", default="")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    keys = my_keys(args.db)
+    for method in args.methods.split(","):
+        evict(args.db)
+        start = time.perf_counter()
+        if method == "reader":
+            records, nbytes = run_reader(args)
+        elif method == "torch":
+            records, nbytes = run_torch(args)
+        elif method == "pylmdb":
+            records, nbytes = run_pylmdb(args, keys)
+        else:
+            raise SystemExit(f"unknown method {method}")
+        elapsed = COMM.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        records = COMM.allreduce(records)
+        nbytes = COMM.allreduce(nbytes)
+        if COMM.rank == 0:
+            print(json.dumps(dict(method=method, ranks=COMM.size, records=records,
+                                  bytes=nbytes, seconds=round(elapsed, 3),
+                                  records_per_s=round(records / elapsed, 1),
+                                  label=args.label)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
