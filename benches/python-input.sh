@@ -10,7 +10,8 @@
 # workers of the py-lmdb Dataset, default 2), RECORDS (records of the
 # ImageNet-like database made when DB does not exist: default 7700, about
 # 1.5 GB of 256x256x3 raw Datums), OUT (default target/python-bench).
-# Needs the virtual environment of scripts/test-python.sh (target/python-venv).
+# Needs the virtual environment of scripts/test-python.sh (target/python-venv);
+# installs a release build of ./python into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MPICC="${MPICC:-mpicc.mpich}"
@@ -29,6 +30,8 @@ if [ ! -e "$db" ]; then
 fi
 # shellcheck disable=SC1091
 . target/python-venv/bin/activate
+# A release build of the package (scripts/test-python.sh installs a dev one).
+python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall ./python
 
 results="$out/results.jsonl"
 : > "$results"

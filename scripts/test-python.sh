@@ -38,8 +38,11 @@ if ! python -c 'from mpi4py import MPI; import sys; sys.exit("MPICH" not in MPI.
   pip install --force-reinstall --no-deps "$WHEELS"/mpi4py-*.whl
 fi
 
-step "pip install ./python"
-pip install --no-deps --force-reinstall ./python
+step "pip install ./python (dev profile: shares the engine's build with cargo test)"
+# The engine crates are optimised in the dev profile too (Cargo.toml);
+# figures come from release builds (benches/python-input.sh).
+MATURIN_PEP517_ARGS="${MATURIN_PEP517_ARGS:---profile dev}" \
+  pip install --no-deps --force-reinstall ./python
 
 LOGS="$PWD/target/python-test-logs"
 mkdir -p "$LOGS"
