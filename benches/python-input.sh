@@ -33,6 +33,8 @@ fi
 # A release build of the package (scripts/test-python.sh installs a dev one).
 python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall ./python
 
+methods=reader,torch,pylmdb
+if python -c 'import nvidia.dali' 2>/dev/null; then methods=$methods,dali; fi
 results="$out/results.jsonl"
 : > "$results"
 for p in $ranks; do
@@ -46,7 +48,7 @@ print(json.dumps(dict(method="engine", ranks=int(sys.argv[2]), records=run["reco
                       seconds=run["seconds"], records_per_s=run["records_per_s"])))
 PY
   mpiexec.mpich -n "$p" python benches/python_input.py "$db" --batch "$batch" \
-    --workers "$workers" | tee -a "$results"
+    --workers "$workers" --methods "$methods" | tee -a "$results"
 done
 
 python - "$results" "$batch" "$workers" <<'PY'
@@ -56,11 +58,16 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     rows[r["ranks"]][r["method"]] = r["records_per_s"]
 print()
+dali = any("dali" in m for m in rows.values())
 print(f"| P | `lmdbio bench` engine | `Reader` | Reader / engine | `lmdbio.torch` (decoded) "
-      f"| py-lmdb Dataset, {sys.argv[3]} workers | lmdbio.torch / py-lmdb |")
-print("|---|---|---|---|---|---|---|")
+      f"| py-lmdb Dataset, {sys.argv[3]} workers | lmdbio.torch / py-lmdb |"
+      + (" DALI `fn.readers.caffe` (CPU) | lmdbio.torch / DALI |" if dali else ""))
+print("|---|---|---|---|---|---|---|" + ("---|---|" if dali else ""))
 for p in sorted(rows):
     m = rows[p]
-    print(f"| {p} | {m['engine']:.0f} | {m['reader']:.0f} | {m['reader'] / m['engine']:.2f} "
-          f"| {m['torch']:.0f} | {m['pylmdb']:.0f} | {m['torch'] / m['pylmdb']:.2f} |")
+    line = (f"| {p} | {m['engine']:.0f} | {m['reader']:.0f} | {m['reader'] / m['engine']:.2f} "
+            f"| {m['torch']:.0f} | {m['pylmdb']:.0f} | {m['torch'] / m['pylmdb']:.2f} |")
+    if dali:
+        line += f" {m['dali']:.0f} | {m['torch'] / m['dali']:.2f} |"
+    print(line)
 PY
