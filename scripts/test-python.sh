@@ -47,7 +47,8 @@ MATURIN_PEP517_ARGS="${MATURIN_PEP517_ARGS:---profile dev}" \
 LOGS="$PWD/target/python-test-logs"
 mkdir -p "$LOGS"
 # Every rank runs every test (they are collective); rank 0 reports, the
-# others log to $LOGS, shown if the run fails.
+# others log to $LOGS, shown if the run fails. Each rank has its own pytest
+# temporary folder (ranks cleaning one shared folder race).
 run() {
   local ranks=$1
   shift
@@ -55,9 +56,10 @@ run() {
   rm -f "$LOGS"/rank*.log
   if ! (cd python/tests && "$MPIEXEC" -n "$ranks" bash -c '
         if [ "${PMI_RANK:-0}" = 0 ]; then
-          exec python -m pytest -p no:cacheprovider -q "$@"
+          exec python -m pytest -p no:cacheprovider -q --basetemp "'"$LOGS"'/tmp0" "$@"
         else
-          exec python -m pytest -p no:cacheprovider -q "$@" > "'"$LOGS"'/rank${PMI_RANK}.log" 2>&1
+          exec python -m pytest -p no:cacheprovider -q --basetemp "'"$LOGS"'/tmp${PMI_RANK}" "$@" \
+            > "'"$LOGS"'/rank${PMI_RANK}.log" 2>&1
         fi' pytest "$@"); then
     for f in "$LOGS"/rank*.log; do
       [ -e "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
