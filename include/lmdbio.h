@@ -2,8 +2,10 @@
  *
  * Conventions
  * - Every function returns an int status: LMDBIO_OK (0) or an error code
- *   below; lmdbio_last_error() then holds a message for this thread, valid
- *   until the next lmdbio call on the same thread.
+ *   below (positive); lmdbio_last_error() then holds a message for this
+ *   thread, valid until the next lmdbio call on the same thread.
+ *   lmdbio_next_batch also returns LMDBIO_END (negative, not an error)
+ *   when a bounded job is over.
  * - Outputs (out pointers) are written only on success.
  * - Handles are opaque. lmdbio_options_new/_free and lmdbio_open/_close pair
  *   up; the _free/_close functions accept NULL.
@@ -48,6 +50,9 @@ extern "C" {
 #define LMDBIO_ERR_RESOURCE_LIMIT 9   /* e.g. shared window too small for one batch */
 #define LMDBIO_ERR_MPI 10             /* an MPI call failed */
 #define LMDBIO_ERR_INTERNAL 11        /* a bug in lmdbio; please report */
+/* Not an error: lmdbio_next_batch after the last step of a job bounded by
+ * lmdbio_options_set_epoch_limit (like liblmdb's MDB_NOTFOUND). */
+#define LMDBIO_END (-1)
 
 /* Partition modes and tail policies (lmdbio_options_set_partition/_tail). */
 #define LMDBIO_PARTITION_CONTIGUOUS 0   /* rank r: a contiguous block (default) */
@@ -253,12 +258,18 @@ int lmdbio_release_memory(void);
 /* COLLECTIVE. path: a database directory (holding data.mdb) or a data file.
  * options may be NULL for defaults; it is copied and may be freed after. */
 int lmdbio_open(MPI_Comm comm, const char *path, const lmdbio_options *options, lmdbio_engine **out);
-/* COLLECTIVE: every rank calls it once per step. */
+/* COLLECTIVE: every rank calls it once per step. Returns LMDBIO_OK with
+ * the step's batch, or, once a job bounded by an epoch limit has taken its
+ * last step, LMDBIO_END with an empty batch (count 0, step = the step
+ * limit), on every rank at the same step and on every call after:
+ *   while ((rc = lmdbio_next_batch(engine, &batch)) == LMDBIO_OK) { ... }
+ *   if (rc != LMDBIO_END) { error }
+ * After an error the engine returns errors only. */
 int lmdbio_next_batch(lmdbio_engine *engine, lmdbio_batch *out);
 int lmdbio_record_count(const lmdbio_engine *engine, uint64_t *out);
 /* The step at which the engine stops: lmdbio_next_batch serves steps before
- * it and fails after (set by lmdbio_options_set_epoch_limit); UINT64_MAX
- * when unbounded. Local. */
+ * it and returns LMDBIO_END from it on (set by
+ * lmdbio_options_set_epoch_limit); UINT64_MAX when unbounded. Local. */
 int lmdbio_step_limit(const lmdbio_engine *engine, uint64_t *out);
 /* Any out pointer may be NULL. */
 int lmdbio_rank_info(const lmdbio_engine *engine, int *rank, int *ranks, int *node_rank, int *node_size);

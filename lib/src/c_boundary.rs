@@ -53,10 +53,16 @@ pub fn last_error() -> *const c_char {
 /// Runs `body`: 0 on success (clearing the last error), else the failure's
 /// status with its message kept; a panic is caught and reported as a bug.
 pub fn guard<E: Failure>(body: impl FnOnce() -> Result<(), E>) -> c_int {
+    guard_status(|| body().map(|()| 0))
+}
+
+/// [`guard`] for a body that chooses its success status (such as
+/// `LMDBIO_END`, which is not an error and leaves no message).
+pub fn guard_status<E: Failure>(body: impl FnOnce() -> Result<c_int, E>) -> c_int {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => {
+        Ok(Ok(status)) => {
             set_last_error("");
-            0
+            status
         }
         Ok(Err(e)) => {
             set_last_error(&e.to_string());

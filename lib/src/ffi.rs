@@ -51,6 +51,9 @@ pub const LMDBIO_ERR_INVALID_ARGUMENT: c_int = ErrorKind::InvalidArgument as c_i
 pub const LMDBIO_ERR_RESOURCE_LIMIT: c_int = ErrorKind::ResourceLimit as c_int;
 pub const LMDBIO_ERR_MPI: c_int = ErrorKind::Mpi as c_int;
 pub const LMDBIO_ERR_INTERNAL: c_int = ErrorKind::Internal as c_int;
+/// `lmdbio_next_batch` after the job's last step: not an error, so it
+/// stays clear of the error codes, which grow upwards.
+pub const LMDBIO_END: c_int = -1;
 
 pub const LMDBIO_PARTITION_CONTIGUOUS: c_int = 0;
 pub const LMDBIO_PARTITION_ROUND_ROBIN: c_int = 1;
@@ -92,10 +95,12 @@ unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
 /// Opaque options handle.
 pub struct lmdbio_options(EngineOptions);
 
-/// Opaque engine handle: the engine and the current batch's record table.
+/// Opaque engine handle: the engine, the current batch's record table, and
+/// whether a step failed (then the job has no end to report, only errors).
 pub struct lmdbio_engine {
     engine: Engine,
     records: Vec<lmdbio_record>,
+    failed: bool,
 }
 
 #[repr(C)]
@@ -532,6 +537,7 @@ pub unsafe extern "C" fn lmdbio_open(
         let handle = Box::into_raw(Box::new(lmdbio_engine {
             engine,
             records: Vec::new(),
+            failed: false,
         }));
         // SAFETY: out checked non-NULL.
         unsafe { *out = handle };
@@ -539,20 +545,41 @@ pub unsafe extern "C" fn lmdbio_open(
     })
 }
 
-/// Collective over the engine's communicator.
+/// Collective over the engine's communicator. After the job's last step
+/// (the step limit) returns `LMDBIO_END` with an empty batch: the limit is
+/// the same on every rank and the last step was agreed on by all of them
+/// (`Engine::next_batch`), so every rank ends at the same step without
+/// meeting again.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_next_batch(
     engine: *mut lmdbio_engine,
     out: *mut lmdbio_batch,
 ) -> c_int {
-    guard(|| {
+    crate::c_boundary::guard_status(|| {
         // SAFETY: forwarded from the caller.
         let handle = unsafe { mut_ref(engine, "engine") }?;
         if out.is_null() {
             return Err(null("out"));
         }
-        let lmdbio_engine { engine, records } = handle;
-        let batch = engine.next_batch()?;
+        let lmdbio_engine {
+            engine,
+            records,
+            failed,
+        } = handle;
+        let step = engine.step();
+        if !*failed && engine.step_limit().is_some_and(|limit| step >= limit) {
+            records.clear();
+            let end = lmdbio_batch {
+                records: records.as_ptr(),
+                count: 0,
+                step,
+                epoch: 0,
+            };
+            // SAFETY: out checked non-NULL.
+            unsafe { *out = end };
+            return Ok(LMDBIO_END);
+        }
+        let batch = engine.next_batch().inspect_err(|_| *failed = true)?;
         records.clear();
         for (i, r) in batch.records().iter().enumerate() {
             let (key, value) = (batch.key(i), batch.value(i));
@@ -573,7 +600,7 @@ pub unsafe extern "C" fn lmdbio_next_batch(
         };
         // SAFETY: out checked non-NULL.
         unsafe { *out = result };
-        Ok(())
+        Ok(LMDBIO_OK)
     })
 }
 

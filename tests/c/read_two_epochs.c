@@ -4,8 +4,9 @@
  * The second epoch runs in a new engine resumed from each rank's cursor,
  * after the kept window's memory was given back.
  * Then one epoch with the wrap tail and an epoch limit: every record once,
- * nothing of the next epoch, the step count from lmdbio_step_limit, and no
- * cursor where the limit cut a rank's last batch short.
+ * nothing of the next epoch, the step count from lmdbio_step_limit, the
+ * loop ending with LMDBIO_END at that step on every rank, and no cursor
+ * where the limit cut a rank's last batch short.
  * Also checks that a bad path fails on every rank with a message.
  *
  * usage: mpiexec -n P read_two_epochs DB MANIFEST */
@@ -170,16 +171,25 @@ int main(int argc, char **argv) {
             steps_per_epoch);
     MPI_Abort(MPI_COMM_WORLD, 12);
   }
+  /* The natural loop: the end of the bounded job is LMDBIO_END, with an
+   * empty batch, after exactly the limit's steps on every rank. */
   memset(seen, 0, n * sizeof(int));
-  for (uint64_t step = 0; step < limit; step++) {
-    lmdbio_batch batch;
-    CHECK(lmdbio_next_batch(limited, &batch));
+  uint64_t taken = 0;
+  lmdbio_batch batch;
+  while ((rc = lmdbio_next_batch(limited, &batch)) == LMDBIO_OK) {
+    taken++;
     for (size_t i = 0; i < batch.count; i++) {
       const lmdbio_record *r = &batch.records[i];
       if (r->epoch != 0) MPI_Abort(MPI_COMM_WORLD, 13);
       check_record(manifest, n, r);
       seen[r->ordinal]++;
     }
+  }
+  if (rc != LMDBIO_END || taken != limit || batch.count != 0 || batch.step != limit) {
+    fprintf(stderr, "rank %d: loop ended with %d (%s) after %" PRIu64 " of %" PRIu64
+            " steps, count %zu, step %" PRIu64 "\n",
+            rank, rc, lmdbio_last_error(), taken, limit, batch.count, batch.step);
+    MPI_Abort(MPI_COMM_WORLD, 15);
   }
   MPI_Allreduce(MPI_IN_PLACE, seen, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   for (size_t i = 0; i < n; i++) {
@@ -188,9 +198,11 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 14);
     }
   }
+  /* The end stays the end, and is not an error. */
   lmdbio_batch past;
-  if (lmdbio_next_batch(limited, &past) != LMDBIO_ERR_INVALID_ARGUMENT) {
-    fprintf(stderr, "rank %d: a step past the limit was served\n", rank);
+  if (lmdbio_next_batch(limited, &past) != LMDBIO_END || past.count != 0 ||
+      strlen(lmdbio_last_error()) != 0) {
+    fprintf(stderr, "rank %d: a step past the end was not LMDBIO_END\n", rank);
     MPI_Abort(MPI_COMM_WORLD, 15);
   }
   /* This rank's contiguous share; its last batch was cut if the steps'
