@@ -37,6 +37,13 @@ fn library_dir() -> PathBuf {
         "no liblmdbio.so in {}",
         dir.display()
     );
+    // Programs record the library's SONAME and look for that name at run
+    // time; an installed tree has it as a link (scripts/install.sh).
+    let soname = dir.join("liblmdbio.so.0");
+    if std::fs::symlink_metadata(&soname).is_err() {
+        // Another test may make it at the same time.
+        let _ = std::os::unix::fs::symlink("liblmdbio.so", &soname);
+    }
     dir
 }
 
@@ -201,4 +208,20 @@ fn a_database_damaged_mid_job_fails_every_rank() {
             }
         }
     }
+}
+
+/// The library names its ABI: programs linked against it need
+/// `liblmdbio.so.0`, whatever the file is called.
+#[test]
+fn the_library_has_its_soname() {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(library_dir().join("liblmdbio.so"))
+        .output()
+        .expect("run readelf");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Library soname: [liblmdbio.so.0]"),
+        "readelf -d liblmdbio.so:\n{text}"
+    );
 }
