@@ -157,3 +157,57 @@ fn dump_into_a_closed_pipe_ends_quietly() {
     );
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+/// `lmdbio sample-images` is the test kit's generator behind the installed
+/// command: `--help` is ordinary output, and the folder holds the kit's
+/// own pictures plus the list file `lmdbio convert` takes.
+#[test]
+fn sample_images_writes_the_kits_folder_and_its_list() {
+    let exe = env!("CARGO_BIN_EXE_lmdbio");
+    let help = Command::new(exe)
+        .args(["sample-images", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success(), "--help exit {:?}", help.status);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("Usage: lmdbio sample-images") && help.stderr.is_empty(),
+        "{text}"
+    );
+
+    let work = kit::TempDir::new().unwrap();
+    let ours = work.path().join("ours");
+    let out = Command::new(exe)
+        .arg("sample-images")
+        .arg(&ours)
+        .args(["2", "3", "16", "bmp"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kits = work.path().join("kits");
+    let list = kit::images::write_class_folders(&kits, 2, 3, 16, "bmp", 0x5eed);
+    assert_eq!(list.len(), 6);
+    let lines: String = list.iter().map(|(p, l)| format!("{p} {l}\n")).collect();
+    assert_eq!(
+        std::fs::read_to_string(ours.join("list.txt")).unwrap(),
+        lines
+    );
+    for (path, _) in &list {
+        assert_eq!(
+            std::fs::read(ours.join(path)).unwrap(),
+            std::fs::read(kits.join(path)).unwrap(),
+            "{path}"
+        );
+    }
+
+    let bad = Command::new(exe)
+        .args(["sample-images", "/proc/lmdbio-no", "1", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("/proc/lmdbio-no"));
+}

@@ -1,5 +1,6 @@
 //! Writes a sample image folder for `lmdbio convert --folders`: one
 //! sub-folder per class of seeded pictures (see `lmdbio_testkit::images`).
+//! The same as `lmdbio sample-images`, for tests that build only the kit.
 //!
 //! usage: `lmdbio-sample-images ROOT CLASSES PER_CLASS [SIDE] [png|jpg|bmp|ppm]`
 
@@ -26,24 +27,17 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let root = std::path::Path::new(&args[0]);
-    let list = lmdbio_testkit::images::write_class_folders(
-        root,
-        classes,
-        per_class,
-        side as u32,
-        ext,
-        0x5eed,
-    );
-    let text: String = list.iter().map(|(p, l)| format!("{p} {l}\n")).collect();
-    if let Err(e) = std::fs::write(root.join("list.txt"), text) {
-        eprintln!("{}: {e}", root.join("list.txt").display());
-        return ExitCode::FAILURE;
+    match lmdbio_testkit::images::write_sample_folder(root, classes, per_class, side as u32, ext) {
+        Ok(images) => {
+            println!(
+                "wrote {images} images in {classes} classes to {}",
+                root.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
     }
-    println!(
-        "wrote {} images in {} classes to {}",
-        list.len(),
-        classes,
-        root.display()
-    );
-    ExitCode::SUCCESS
 }

@@ -37,13 +37,23 @@ pub fn sample_rgb(seed: u64, width: u32, height: u32) -> Vec<u8> {
 /// Writes RGB (or, with one channel, grey) bytes; the extension picks the
 /// format (png, jpg, bmp, ppm/pgm).
 pub fn write_image(path: &Path, pixels: &[u8], width: u32, height: u32, channels: u8) {
+    try_write_image(path, pixels, width, height, channels).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn try_write_image(
+    path: &Path,
+    pixels: &[u8],
+    width: u32,
+    height: u32,
+    channels: u8,
+) -> Result<(), String> {
     let color = if channels == 1 {
         image::ExtendedColorType::L8
     } else {
         image::ExtendedColorType::Rgb8
     };
     image::save_buffer(path, pixels, width, height, color)
-        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        .map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 /// ROOT/class_K/img_NNNNN.EXT for `classes` × `per_class` images of
@@ -56,22 +66,53 @@ pub fn write_class_folders(
     ext: &str,
     seed: u64,
 ) -> Vec<(String, i32)> {
+    try_write_class_folders(root, classes, per_class, side, ext, seed)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`write_class_folders`], reporting the first failure instead of
+/// panicking.
+pub fn try_write_class_folders(
+    root: &Path,
+    classes: usize,
+    per_class: usize,
+    side: u32,
+    ext: &str,
+    seed: u64,
+) -> Result<Vec<(String, i32)>, String> {
     let mut list = Vec::new();
     for class in 0..classes {
         let dir = root.join(format!("class_{class:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         for i in 0..per_class {
             let rel = format!("class_{class:03}/img_{i:05}.{ext}");
             let seed = seed ^ ((class as u64) << 32 | i as u64);
-            write_image(
+            try_write_image(
                 &root.join(&rel),
                 &sample_rgb(seed, side, side),
                 side,
                 side,
                 3,
-            );
+            )?;
             list.push((rel, class as i32));
         }
     }
-    list
+    Ok(list)
+}
+
+/// The sample folder of `lmdbio sample-images` (and the test kit's
+/// `lmdbio-sample-images`): class folders of seeded pictures plus
+/// ROOT/list.txt, their `convert_imageset` list. Returns the image count.
+pub fn write_sample_folder(
+    root: &Path,
+    classes: usize,
+    per_class: usize,
+    side: u32,
+    ext: &str,
+) -> Result<usize, String> {
+    let list = try_write_class_folders(root, classes, per_class, side, ext, 0x5eed)?;
+    let text: String = list.iter().map(|(p, l)| format!("{p} {l}\n")).collect();
+    let path = root.join("list.txt");
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(list.len())
 }

@@ -4,6 +4,7 @@ mod bench;
 mod convert;
 mod dump;
 mod inspect;
+mod sample_images;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,8 @@ enum Command {
     Bench(Box<bench::Args>),
     /// Image folders, convert_imageset lists or HDF5 into a Caffe LMDB.
     Convert(Box<convert::Args>),
+    /// Write a folder of seeded sample images (and its list file) to convert.
+    SampleImages(sample_images::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => dump::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Convert(args) => convert::run(&args).map_err(CommandError::from),
+        Command::SampleImages(args) => sample_images::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
