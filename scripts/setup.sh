@@ -15,6 +15,7 @@ BOOKWORM_PACKAGES=(
   shellcheck                    # scripts/test.sh lints scripts/*.sh
   liblmdb-dev lmdb-utils        # the writer and the oracle (mdb_dump, mdb_stat)
   libhdf5-dev                   # lmdbio convert --hdf5
+  cmake                         # the installed CMake package's test (test-install.sh)
   python3 python3-venv python3-dev   # the Python package (scripts/test-python.sh)
 )
 # Caffe and the dev packages its headers need, all from bullseye so the

@@ -71,6 +71,10 @@ MPICC=mpicc.openmpi LMDBIO_MPIEXEC="mpiexec.openmpi --oversubscribe --mca io rom
   cargo test --locked --target-dir target/openmpi -p lmdbio-tools --test mpi -- \
   every_record_once_per_epoch read_modes_and_partitions
 
+step "install as a user into a prefix, build the C quick start against it (MPICH, Open MPI)"
+python3 tests/spack_recipe.py
+bash scripts/test-install.sh
+
 step "fuzz smoke (bounded)"
 LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh
 
