@@ -161,7 +161,9 @@ put() {
   install -m "$1" "$2" "$PREFIX/$3"
   MANIFEST+=("$3")
 }
-# put_text MODE REL: installs standard input as PREFIX/REL.
+# put_text MODE REL: installs standard input as PREFIX/REL. Feed it by a
+# redirection, never a pipe: in a pipe it runs in a subshell, and the
+# manifest would lose the file.
 put_text() {
   make_dir "$(dirname "$2")"
   cat >"$PREFIX/$2"
@@ -193,7 +195,26 @@ case "$show" in
   *mpich*) mpi_module=mpich ;;
   *openmpi*) mpi_module=ompi-c ;;
 esac
+# rsmpi itself takes these before the wrapper: a module of the user's
+# choice, or cray-mpich's own.
+if [ -n "${MPI_PKG_CONFIG:-}" ]; then
+  mpi_module=$MPI_PKG_CONFIG
+  # A file, not a module name: its flags go in lmdbio.pc itself.
+  case "$mpi_module" in
+    *.pc) show="$(pkg-config --cflags --libs "$mpi_module")" mpi_module= ;;
+  esac
+elif [ -n "${CRAY_MPICH_DIR:-}" ]; then
+  mpi_module=mpich
+  export PKG_CONFIG_PATH="$CRAY_MPICH_DIR/lib/pkgconfig:$PKG_CONFIG_PATH"
+fi
 if [ -n "$mpi_module" ] && ! pkg-config --exists "$mpi_module" 2>/dev/null; then
+  mpi_module=
+fi
+# The module must be the wrapper's installation (not, say, the system's
+# MPICH beside a module's): it names the wrapper's include directory.
+wrapper_include=$(printf '%s\n' $show | sed -n 's/^-I//p' | head -n1)
+if [ -n "$mpi_module" ] && [ -n "$wrapper_include" ] &&
+  ! pkg-config --cflags-only-I "$mpi_module" | tr ' ' '\n' | grep -qxF -- "-I$wrapper_include"; then
   mpi_module=
 fi
 mpi_cflags= mpi_libs=
@@ -203,7 +224,7 @@ for word in $show; do
     -L*|-l*|-Wl,*) mpi_libs+=" $word" ;;
   esac
 done
-{
+pc_text() {
   echo "prefix=$PREFIX"
   echo 'exec_prefix=${prefix}'
   echo 'libdir=${prefix}/lib'
@@ -223,7 +244,8 @@ done
     echo 'Libs: -L${libdir} -llmdbio'
     echo "Libs.private:$mpi_libs -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
   fi
-} | put_text 644 lib/pkgconfig/lmdbio.pc
+}
+put_text 644 lib/pkgconfig/lmdbio.pc < <(pc_text)
 
 # CMake: lmdbio::lmdbio, with MPI found through the same wrapper.
 put_text 644 lib/cmake/lmdbio/lmdbioConfig.cmake <<EOF
@@ -257,7 +279,9 @@ put_text 644 lib/cmake/lmdbio/lmdbioConfigVersion.cmake <<EOF
 # Compatible: the same major version (before 1.0 the same minor too), at
 # least the version asked for.
 set(PACKAGE_VERSION "$VERSION")
-if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
+if(NOT PACKAGE_FIND_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+elseif(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
   set(PACKAGE_VERSION_COMPATIBLE FALSE)
 elseif(NOT "$MAJOR" STREQUAL "0" AND NOT PACKAGE_FIND_VERSION_MAJOR STREQUAL "$MAJOR")
   set(PACKAGE_VERSION_COMPATIBLE FALSE)
@@ -276,7 +300,7 @@ EOF
 
 # The man page: each subcommand's --help, as the command prints it.
 roff() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
-{
+man_text() {
   echo ".TH LMDBIO 1 \"\" \"lmdbio $VERSION\" \"User Commands\""
   echo '.SH NAME'
   echo 'lmdbio \- scalable reads of LMDB training data for MPI jobs'
@@ -296,7 +320,8 @@ roff() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
   done
   echo '.SH SEE ALSO'
   echo 'The C library: include/lmdbio.h; pkg-config --cflags --libs lmdbio.'
-} | put_text 644 share/man/man1/lmdbio.1
+}
+put_text 644 share/man/man1/lmdbio.1 < <(man_text)
 
 if [ "$PYTHON_PKG" = 1 ]; then
   [ -f "$ROOT/python/pyproject.toml" ] || die "--with-python: no python/pyproject.toml in $ROOT"

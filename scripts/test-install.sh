@@ -159,12 +159,17 @@ for mpi in "${mpis[@]}"; do
 done
 chown -R "$uid:$gid" "$home"
 
-view=$(mktemp -d /tmp/lmdbio-install-test.XXXXXX)
-trap 'rm -rf "$view"' EXIT
-chmod 755 "$view"
-mkdir "$view/src" "$view/toolchain" "$view/work"
-printf '%s\n' "$readme_cmake" >"$view/work/CMakeLists.readme.txt"
-chown "$uid:$gid" "$view/work"
+# The user sees the repository, the toolchain and a scratch directory at
+# fixed paths (mount points private to each run): cargo's fingerprints hold
+# the paths of the sources and of its home, and the kept release builds are
+# reused only if these stay the same from run to run.
+view=/tmp/lmdbio-install-view
+mkdir -p "$view/src" "$view/toolchain" "$view/work"
+chmod 755 "$view" "$view/src" "$view/toolchain" "$view/work"
+scratch=$(mktemp -d /tmp/lmdbio-install-test.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+printf '%s\n' "$readme_cmake" >"$scratch/CMakeLists.readme.txt"
+chown "$uid:$gid" "$scratch"
 
 for mpi in "${mpis[@]}"; do
   # shellcheck disable=SC2016
@@ -172,8 +177,9 @@ for mpi in "${mpis[@]}"; do
     set -e
     mount --bind "$1" "$2/src"
     mount --bind "$3" "$2/toolchain"
-    shift 3
-    exec "$@"' _ "$ROOT" "$view" "$toolchain" \
+    mount --bind "$4" "$2/work"
+    shift 4
+    exec "$@"' _ "$ROOT" "$view" "$toolchain" "$scratch" \
     setpriv --reuid="$uid" --regid="$gid" --clear-groups \
     env -i PATH="$view/toolchain/bin:/usr/local/bin:/usr/bin:/bin" \
     HOME="$view/src/target/install-home" \
