@@ -32,7 +32,7 @@ EOF
 }
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PREFIX= TARGET_DIR= UNINSTALL=0 BUILD=1 INSTALL=1 CAFFE=auto PYTHON_PKG=0
+PREFIX='' TARGET_DIR='' UNINSTALL=0 BUILD=1 INSTALL=1 CAFFE=auto PYTHON_PKG=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) PREFIX=${2:?--prefix needs a directory}; shift ;;
@@ -212,18 +212,20 @@ if [ -n "$mpi_module" ] && ! pkg-config --exists "$mpi_module" 2>/dev/null; then
 fi
 # The module must be the wrapper's installation (not, say, the system's
 # MPICH beside a module's): it names the wrapper's include directory.
+# shellcheck disable=SC2086 # the wrapper's words
 wrapper_include=$(printf '%s\n' $show | sed -n 's/^-I//p' | head -n1)
 if [ -n "$mpi_module" ] && [ -n "$wrapper_include" ] &&
   ! pkg-config --cflags-only-I "$mpi_module" | tr ' ' '\n' | grep -qxF -- "-I$wrapper_include"; then
   mpi_module=
 fi
-mpi_cflags= mpi_libs=
+mpi_cflags='' mpi_libs=''
 for word in $show; do
   case "$word" in
     -I*) mpi_cflags+=" $word" ;;
     -L*|-l*|-Wl,*) mpi_libs+=" $word" ;;
   esac
 done
+# shellcheck disable=SC2016 # ${prefix} and the like are pkg-config's
 pc_text() {
   echo "prefix=$PREFIX"
   echo 'exec_prefix=${prefix}'
@@ -307,7 +309,7 @@ man_text() {
   echo '.SH SYNOPSIS'
   echo '.B lmdbio'
   echo '.I COMMAND'
-  echo '[\fIOPTIONS\fR]'
+  printf '%s\n' '[\fIOPTIONS\fR]'
   echo '.SH DESCRIPTION'
   echo '.nf'
   "$OUT/lmdbio" --help | roff
