@@ -60,7 +60,7 @@ inner() {
   lmdbio --help >/dev/null
   lmdbio sample-images --help | grep -q '^Usage: lmdbio sample-images'
   lmdbio sample-images images 3 20 16 png >/dev/null
-  lmdbio convert -q --folders images train_lmdb
+  lmdbio convert -q --folders images train_lmdb >/dev/null
   local records
   records=$(lmdbio inspect --json train_lmdb | sed -n 's/.*"entries": *\([0-9]*\).*/\1/p')
   [ "$records" = 60 ] || { echo "the sample database has ${records:-no} entries, not 60"; exit 1; }
