@@ -54,12 +54,14 @@ run() {
   shift
   step "pytest on $ranks rank(s): $*"
   rm -f "$LOGS"/rank*.log
-  if ! (cd python/tests && "$MPIEXEC" -n "$ranks" bash -c '
+  # The rank's own shell expands PMI_RANK and LOGS (exported), not this one.
+  # shellcheck disable=SC2016
+  if ! (cd python/tests && LOGS="$LOGS" "$MPIEXEC" -n "$ranks" bash -c '
         if [ "${PMI_RANK:-0}" = 0 ]; then
-          exec python -m pytest -p no:cacheprovider -q --basetemp "'"$LOGS"'/tmp0" "$@"
+          exec python -m pytest -p no:cacheprovider -q --basetemp "$LOGS/tmp0" "$@"
         else
-          exec python -m pytest -p no:cacheprovider -q --basetemp "'"$LOGS"'/tmp${PMI_RANK}" "$@" \
-            > "'"$LOGS"'/rank${PMI_RANK}.log" 2>&1
+          exec python -m pytest -p no:cacheprovider -q --basetemp "$LOGS/tmp${PMI_RANK}" "$@" \
+            > "$LOGS/rank${PMI_RANK}.log" 2>&1
         fi' pytest "$@"); then
     for f in "$LOGS"/rank*.log; do
       [ -e "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
