@@ -404,6 +404,114 @@ fn only_readers_open_the_file_and_each_byte_is_read_once() {
     }
 }
 
+/// Inline values served from the leaf pages the scan kept, from some of
+/// them (a budget of a few pages), or from none: liblmdb's records, on
+/// inline-only, overflow-only and mixed databases (random insertion order,
+/// deletions and updates, named databases), at one to four ranks, shuffled
+/// over several epochs too (docs/design/inline-records.md).
+#[test]
+fn inline_values_from_kept_pages_or_reads_deliver_liblmdb_records() {
+    let fixtures = [
+        kit::inline_only(4000, 91),
+        kit::overflow_only(40, 92),
+        kit::random_order(600, 93),
+        kit::churned(94),
+        kit::named_databases(95),
+    ];
+    // Kept pages at every shape are in every_record_once_per_epoch_*.
+    let (all, few, none) = ("1073741824", "16384", "0");
+    let runs = [
+        (1, 1, few),
+        (2, 1, none),
+        (2, 1, few),
+        (3, 1, all),
+        (4, 2, few),
+        (4, 2, all),
+    ];
+    for fx in &fixtures {
+        let oracle = oracle_lines(fx);
+        for (n, per_node, budget) in runs {
+            let k = per_node.to_string();
+            let args = [
+                "--batch",
+                "7",
+                "--ranks-per-node",
+                &k,
+                "--inline-pages",
+                budget,
+            ];
+            let got = run_and_trace(fx, n, &args);
+            assert!(
+                got == oracle,
+                "{}: -n {n}, {per_node} per node, inline pages {budget}: differs from liblmdb",
+                fx.name
+            );
+        }
+        let got = run_and_trace(
+            fx,
+            3,
+            &[
+                "--epochs",
+                "2",
+                "--shuffle",
+                "5",
+                "--batch",
+                "9",
+                "--tail",
+                "short",
+            ],
+        );
+        let mut twice: Vec<String> = oracle.iter().chain(&oracle).cloned().collect();
+        twice.sort();
+        let mut got: Vec<String> = got
+            .iter()
+            .map(|l| l.split_once(' ').unwrap().1.to_owned())
+            .collect();
+        got.sort();
+        assert!(got == twice, "{}: shuffled epochs differ", fx.name);
+    }
+}
+
+/// A node reads its share of the leaf pages once: the scan's reads are the
+/// values' (the branch pages and a page where shares meet aside), where
+/// reading the values again read about twice as much.
+#[test]
+fn inline_records_are_read_once_per_node() {
+    let fx = kit::inline_only(20_000, 96);
+    let stat = fx.mdb_stat();
+    let psize = lmdbio::Database::open(&fx.path).unwrap().page_size() as f64;
+    let leaves = kit::stat_field(&stat, "Leaf pages") as f64 * psize;
+    let branches = kit::stat_field(&stat, "Branch pages") as f64 * psize;
+    for (n, per_node) in [(2, 1), (4, 2), (3, 1)] {
+        let nodes = (n / per_node) as f64;
+        let share = leaves / nodes;
+        let k = per_node.to_string();
+        let read = |budget: &str| {
+            let args = [
+                "--ranks-per-node",
+                &k,
+                "--batch",
+                "8",
+                "--inline-pages",
+                budget,
+                fx.path.to_str().unwrap(),
+            ];
+            let doc = bench_json(n, &args);
+            doc["runs"][0]["bytes_read_per_node"].as_f64().unwrap()
+        };
+        let kept = read("1073741824");
+        assert!(
+            kept <= 1.05 * share + branches + 2.0 * psize,
+            "-n {n}, {per_node} per node: read {kept} per node for a share of {share}"
+        );
+        let again = read("0");
+        assert!(
+            again >= 1.8 * share,
+            "-n {n}, {per_node} per node: without kept pages read only {again} for {share}"
+        );
+    }
+}
+
 /// `--raw-buffer` spreads raw's reads over a larger buffer without
 /// changing what is read: every byte of the file, once, in 4 MiB requests.
 #[test]

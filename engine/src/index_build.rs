@@ -5,12 +5,13 @@
 
 use super::agree::{agree, agree_ok, local};
 use super::data_file::{DataFile, DataSource};
+use super::inline_pages;
 use super::node_memory::{entries_as_bytes, NodeMemory};
 use crate::mpi_raw::Comm;
 use lmdbio_core::database::{Database, Tree};
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::index::{
-    check_index, parse_leaves, walk_tree, IndexOptions, IndexPart, TreePages,
+    check_index, parse_leaves_keeping, walk_tree, IndexOptions, IndexPart, KeptLeaves, TreePages,
 };
 use lmdbio_core::source::{IoSnapshot, ReadAt};
 
@@ -33,6 +34,9 @@ pub(crate) struct ScannedIndex<'f> {
     /// the largest any master's reader asked for, so every node plans
     /// alike.
     pub plan_granule: u64,
+    /// The most leaf pages any master kept to serve inline values from:
+    /// every node makes room for as many (see `inline_pages`).
+    pub kept_pages: usize,
 }
 
 /// What a master holds after opening the tree: the database, the tree,
@@ -44,6 +48,7 @@ struct MasterState<'f> {
     tree: Tree,
     pages: TreePages,
     part: IndexPart,
+    kept: KeptLeaves,
     /// See `ScannedIndex::plan_granule`.
     granule: u64,
 }
@@ -60,8 +65,9 @@ enum Agreed {
     LargestSpan,
     PlanGranule,
     ValueBytes,
+    KeptPages,
 }
-const SIZES: usize = 7;
+const SIZES: usize = 8;
 
 /// A master's scan, before the world agrees on it: its state, the entries
 /// and key bytes of every master's part, and the sizes. `None` when this
@@ -83,9 +89,10 @@ pub(crate) fn scan<'f>(
     masters: Option<&Comm>,
     file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
+    keep_budget: u64,
 ) -> Result<ScannedIndex<'f>> {
     let local = match masters {
-        Some(m) => master_scan(m, file, subdb),
+        Some(m) => master_scan(m, file, subdb, keep_budget),
         None => file.map(|_| None),
     };
     let mut sizes = [i64::MAX; SIZES];
@@ -113,6 +120,7 @@ pub(crate) fn scan<'f>(
         txnid: size(Agreed::Txnid),
         largest_span: size(Agreed::LargestSpan),
         plan_granule: size(Agreed::PlanGranule).max(1),
+        kept_pages: size(Agreed::KeptPages) as usize,
     })
 }
 
@@ -129,10 +137,11 @@ struct PartSizes {
     granule: u64,
     page_size: u64,
     txnid: u64,
+    kept_pages: u64,
 }
 
 impl PartSizes {
-    const WORDS: usize = 8;
+    const WORDS: usize = 9;
 
     fn of(state: &MasterState) -> PartSizes {
         let entries = &state.part.entries;
@@ -149,6 +158,7 @@ impl PartSizes {
             granule: state.granule,
             page_size: u64::from(state.db.page_size()),
             txnid: state.db.meta().mm_txnid,
+            kept_pages: state.kept.len() as u64,
         }
     }
 
@@ -162,6 +172,7 @@ impl PartSizes {
             self.granule as i64,
             self.page_size as i64,
             self.txnid as i64,
+            self.kept_pages as i64,
         ]
     }
 
@@ -175,6 +186,7 @@ impl PartSizes {
             granule: w[5] as u64,
             page_size: w[6] as u64,
             txnid: w[7] as u64,
+            kept_pages: w[8] as u64,
         }
     }
 }
@@ -185,6 +197,7 @@ fn master_scan<'f>(
     masters: &Comm,
     file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
+    keep_budget: u64,
 ) -> Result<MasterScan<'f>> {
     let opened = file.and_then(|f| local(|| open_tree(masters, f, subdb)));
     // Master 0's page list, or nothing if it has none to share: an empty
@@ -200,7 +213,7 @@ fn master_scan<'f>(
         if bytes.is_empty() {
             return Ok(None);
         }
-        local(|| parse_part(masters, db, tree, granule, &bytes)).map(Some)
+        local(|| parse_part(masters, db, tree, granule, &bytes, keep_budget)).map(Some)
     });
     let mine = match &parsed {
         Ok(Some(state)) => PartSizes::of(state).words(),
@@ -241,6 +254,10 @@ fn master_scan<'f>(
     set(
         Agreed::PlanGranule,
         parts.iter().map(|p| p.granule).max().unwrap_or(1),
+    );
+    set(
+        Agreed::KeptPages,
+        parts.iter().map(|p| p.kept_pages).max().unwrap_or(0),
     );
     set(Agreed::PageSize, parts[0].page_size);
     set(Agreed::Txnid, lowest);
@@ -300,6 +317,7 @@ fn parse_part<'f>(
     tree: Tree,
     granule: u64,
     page_list: &[u8],
+    keep_budget: u64,
 ) -> Result<MasterState<'f>> {
     let pages = decode_pages(page_list)?;
     let n = pages.leaves.len();
@@ -308,16 +326,14 @@ fn parse_part<'f>(
         n * (masters.rank() + 1) / masters.size(),
     );
     // One thread: MPI may only be called from the thread driving us.
-    let options = IndexOptions {
-        threads: 1,
-        ..Default::default()
-    };
-    let part = parse_leaves(&db, &tree, &pages.leaves[lo..hi], &options)?;
+    let chunk = IndexOptions::default().chunk_pages;
+    let (part, kept) = parse_leaves_keeping(&db, &tree, &pages.leaves[lo..hi], chunk, keep_budget)?;
     Ok(MasterState {
         db,
         tree,
         pages,
         part,
+        kept,
         granule,
     })
 }
@@ -361,6 +377,7 @@ fn gather_into(
         index.entries(),
         index.keys(),
     )?;
+    inline_pages::publish_kept(index, &state.kept)?;
     // Every master has parsed its leaves (the gathers above completed).
     state
         .db

@@ -37,6 +37,7 @@ mod batch;
 mod counters;
 mod data_file;
 mod index_build;
+mod inline_pages;
 pub mod mpi_raw;
 mod node_memory;
 mod open;
@@ -54,7 +55,10 @@ use std::sync::Arc;
 pub use batch::{Batch, BatchRecord};
 pub use counters::Counters;
 pub use data_file::DirectIo;
-pub use options::{EngineOptions, DEFAULT_HINTS, DEFAULT_PREFETCH, MACHINE_READ_STREAMS};
+pub use options::{
+    EngineOptions, DEFAULT_HINTS, DEFAULT_INLINE_PAGES_BYTES, DEFAULT_PREFETCH,
+    MACHINE_READ_STREAMS,
+};
 pub use topology::{prepare, release_memory};
 
 use agree::agree_ok;
@@ -112,6 +116,8 @@ pub struct Engine {
     /// size when the file is whole pages, else 1; see
     /// `DataFile::plan_granule`).
     plan_granule: u64,
+    /// Steps a round takes at most (see `inline_pages::round_steps`).
+    round_steps: usize,
     failed: Option<String>,
     /// Independent reads: this rank has served steps since its last world
     /// agreement, so it owes the others one before any other collective

@@ -4,10 +4,13 @@
 //!
 //! Layout: the readers' progress words (8 bytes each, see
 //! [`super::step_ready`]), `records` entries (24 bytes each), the keys,
-//! padding to a page of memory (not just of the window: direct reads land
-//! there, and they need aligned memory; a window of a one-rank node may be
-//! plain heap memory that starts anywhere), then `data_len` bytes of
-//! values.
+//! the table of kept leaf pages (see [`KeptSpace`]), padding to a page of
+//! memory (not just of the window: direct reads land there, and they need
+//! aligned memory; a window of a one-rank node may be plain heap memory
+//! that starts anywhere), then the kept leaf pages themselves (padded to
+//! 2 MiB, so rounds start on a huge page), then `data_len` bytes of values
+//! read in rounds. The kept pages come first so that they land in the part
+//! of the window [`super::prepare`] mapped ahead.
 
 use std::sync::atomic::AtomicU64;
 
@@ -19,6 +22,32 @@ const ENTRY: usize = std::mem::size_of::<RecordEntry>();
 const PAGE: usize = 4096;
 const WORD: usize = std::mem::size_of::<AtomicU64>();
 
+/// Room for leaf pages kept from the index scan to serve inline values
+/// from (docs/design/inline-records.md): a table (a count, then one
+/// `(page number, slot)` pair per page, sorted by page number) and the
+/// pages, each in its slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeptSpace {
+    pub pages: usize,
+    pub page_size: usize,
+}
+
+impl KeptSpace {
+    fn table_bytes(&self) -> Option<usize> {
+        match self.pages {
+            0 => Some(0),
+            n => n.checked_mul(2 * WORD)?.checked_add(WORD),
+        }
+    }
+
+    /// Bytes of the pages' area (a whole number of 2 MiB).
+    fn page_bytes(&self) -> Option<usize> {
+        self.pages
+            .checked_mul(self.page_size)?
+            .checked_next_multiple_of(2 << 20)
+    }
+}
+
 /// Bytes of window that `words` progress words, an index of `records`
 /// entries and `key_bytes` of keys followed by `data_len` bytes of values
 /// need, and the earliest offset the values can start at (they start at
@@ -29,12 +58,15 @@ pub fn layout(
     records: usize,
     key_bytes: usize,
     data_len: usize,
+    kept: KeptSpace,
 ) -> Result<(usize, usize)> {
     let overflow = || Error::ResourceLimit("the index and value area overflow".into());
     let index = records
         .checked_mul(ENTRY)
         .and_then(|n| n.checked_add(words.checked_mul(WORD)?))
         .and_then(|n| n.checked_add(key_bytes))
+        .and_then(|n| n.checked_next_multiple_of(WORD))
+        .and_then(|n| n.checked_add(kept.table_bytes()?))
         .ok_or_else(overflow)?;
     let data_offset = index
         .div_ceil(PAGE)
@@ -43,6 +75,7 @@ pub fn layout(
     let total = data_offset
         .checked_add(PAGE)
         .and_then(|n| n.checked_add(data_len))
+        .and_then(|n| n.checked_add(kept.page_bytes()?))
         .ok_or_else(overflow)?;
     Ok((data_offset, total))
 }
@@ -62,6 +95,9 @@ pub struct NodeMemory {
     key_bytes: usize,
     data_offset: usize,
     data_len: usize,
+    kept: KeptSpace,
+    /// Bytes of the kept pages' area, at the start of the value area.
+    kept_len: usize,
 }
 
 impl NodeMemory {
@@ -73,10 +109,13 @@ impl NodeMemory {
         records: usize,
         key_bytes: usize,
         data_len: usize,
+        kept: KeptSpace,
     ) -> Result<NodeMemory> {
-        let (earliest, total) = layout(words, records, key_bytes, data_len)?;
+        let (earliest, total) = layout(words, records, key_bytes, data_len, kept)?;
         let data_offset = value_area_offset(window.as_ptr() as usize, earliest);
-        if window.len() < total || data_offset + data_len > window.len() {
+        let kept_len = kept.page_bytes().unwrap_or(usize::MAX);
+        let served = data_len.saturating_add(kept_len);
+        if window.len() < total || data_offset.saturating_add(served) > window.len() {
             return Err(Error::Internal(format!(
                 "a {}-byte window cannot hold {total} bytes of index and values",
                 window.len()
@@ -94,6 +133,8 @@ impl NodeMemory {
             key_bytes,
             data_offset,
             data_len,
+            kept,
+            kept_len,
         })
     }
 
@@ -140,6 +181,74 @@ impl NodeMemory {
         unsafe { &self.window.bytes()[at..at + self.key_bytes] }
     }
 
+    /// Offset of the kept pages' table (8-byte aligned, after the keys).
+    fn kept_table_offset(&self) -> usize {
+        (self.words * WORD + self.records * ENTRY + self.key_bytes).next_multiple_of(WORD)
+    }
+
+    /// The room for kept pages this memory was laid out with.
+    pub fn kept_space(&self) -> KeptSpace {
+        self.kept
+    }
+
+    /// The kept pages' table (as words) and the pages' area, writable,
+    /// for the node's first rank while it fills them.
+    ///
+    /// # Safety
+    /// As for [`NodeMemory::index_regions_mut`].
+    pub unsafe fn kept_regions_mut(&mut self) -> (&mut [u64], &mut [u8]) {
+        let table_at = self.kept_table_offset();
+        let words = 1 + 2 * self.kept.pages;
+        let pages_at = self.data_offset;
+        let pages_len = self.kept.pages * self.kept.page_size;
+        // SAFETY: forwarded to the caller's contract; both regions lie in
+        // the window (layout) and do not overlap (the table ends before
+        // the value area, where the pages start).
+        unsafe {
+            let base = self.window.bytes_mut().as_mut_ptr();
+            (
+                std::slice::from_raw_parts_mut(base.add(table_at) as *mut u64, words),
+                std::slice::from_raw_parts_mut(base.add(pages_at), pages_len),
+            )
+        }
+    }
+
+    /// The kept pages' table as published: `(page number, slot)` pairs
+    /// sorted by page number.
+    fn kept_table(&self) -> &[u64] {
+        if self.kept.pages == 0 {
+            return &[];
+        }
+        // SAFETY: the table lies in the window at an 8-byte aligned offset
+        // (layout; the window is 8-byte aligned, checked in new) and is
+        // read-only after publication; the count is clamped to the room.
+        unsafe {
+            let at = self.window.as_ptr().add(self.kept_table_offset()) as *const u64;
+            let count = (*at as usize).min(self.kept.pages);
+            std::slice::from_raw_parts(at.add(1), 2 * count)
+        }
+    }
+
+    /// Where leaf page `pgno` lies in the value area (see
+    /// [`NodeMemory::data_range`]) if it is kept.
+    pub fn kept_page(&self, pgno: u64) -> Option<usize> {
+        let table = self.kept_table();
+        let n = table.len() / 2;
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match table[2 * mid].cmp(&pgno) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let slot = table[2 * mid + 1] as usize;
+                    return Some(slot * self.kept.page_size);
+                }
+            }
+        }
+        None
+    }
+
     /// Progress word `i` (of the `words` given to `new`), shared by the
     /// node's ranks.
     pub fn progress_word(&self, i: usize) -> &AtomicU64 {
@@ -161,9 +270,14 @@ impl NodeMemory {
         }
     }
 
-    /// Bytes of the value area.
+    /// Bytes of the value area that rounds are read into.
     pub fn data_len(&self) -> usize {
         self.data_len
+    }
+
+    /// Where in the value area rounds start: after the kept pages.
+    pub fn rounds_start(&self) -> usize {
+        self.kept_len
     }
 
     /// See [`SharedWindow::in_huge_pages`].
@@ -178,15 +292,16 @@ impl NodeMemory {
     }
 
     /// Bytes `[at, at + len)` of the value area, read-only (other parts of
-    /// the area may be written meanwhile).
+    /// the area may be written meanwhile). The kept leaf pages are its
+    /// first bytes (see [`NodeMemory::rounds_start`]).
     ///
     /// # Safety
     /// No rank may be writing these bytes (the engine's steps ensure it).
     pub unsafe fn data_range(&self, at: usize, len: usize) -> &[u8] {
+        let served = self.kept_len + self.data_len;
         assert!(
-            at.checked_add(len).is_some_and(|end| end <= self.data_len),
-            "bytes {at}+{len} outside a value area of {}",
-            self.data_len
+            at.checked_add(len).is_some_and(|end| end <= served),
+            "bytes {at}+{len} outside a value area of {served}"
         );
         // SAFETY: inside the value area (checked above), which lies inside
         // the window (checked in new); the caller vouches that nobody
@@ -224,16 +339,56 @@ mod tests {
     #[test]
     fn values_start_on_a_page_after_the_index() {
         // A page of room for placing the values on a page of memory.
-        assert_eq!(layout(0, 0, 0, 10).unwrap(), (0, 4106));
-        assert_eq!(layout(0, 1, 1, 10).unwrap(), (4096, 8202));
-        assert_eq!(layout(0, 170, 16, 0).unwrap(), (4096, 8192));
-        assert_eq!(layout(0, 171, 0, 1).unwrap(), (8192, 12289));
+        assert_eq!(
+            layout(0, 0, 0, 10, KeptSpace::default()).unwrap(),
+            (0, 4106)
+        );
+        assert_eq!(
+            layout(0, 1, 1, 10, KeptSpace::default()).unwrap(),
+            (4096, 8202)
+        );
+        assert_eq!(
+            layout(0, 170, 16, 0, KeptSpace::default()).unwrap(),
+            (4096, 8192)
+        );
+        assert_eq!(
+            layout(0, 171, 0, 1, KeptSpace::default()).unwrap(),
+            (8192, 12289)
+        );
         // Progress words come first: 2 words + 170 entries + 1 key byte
         // need 4097 bytes.
-        assert_eq!(layout(2, 170, 0, 0).unwrap(), (4096, 8192));
-        assert_eq!(layout(2, 170, 1, 0).unwrap(), (8192, 12288));
-        assert!(layout(0, usize::MAX / 8, 0, 0).is_err());
-        assert!(layout(usize::MAX / 4, 0, 0, 0).is_err());
+        assert_eq!(
+            layout(2, 170, 0, 0, KeptSpace::default()).unwrap(),
+            (4096, 8192)
+        );
+        assert_eq!(
+            layout(2, 170, 1, 0, KeptSpace::default()).unwrap(),
+            (8192, 12288)
+        );
+        assert!(layout(0, usize::MAX / 8, 0, 0, KeptSpace::default()).is_err());
+        assert!(layout(usize::MAX / 4, 0, 0, 0, KeptSpace::default()).is_err());
+        // Kept pages: a count and a pair per page after the keys (8-byte
+        // aligned), the pages after the values.
+        let kept = KeptSpace {
+            pages: 3,
+            page_size: 4096,
+        };
+        assert_eq!(layout(0, 1, 1, 10, kept).unwrap(), (4096, 8202 + (2 << 20)));
+        assert_eq!(
+            layout(0, 170, 0, 0, kept).unwrap(),
+            (8192, 12288 + (2 << 20))
+        );
+        assert!(layout(
+            0,
+            0,
+            0,
+            0,
+            KeptSpace {
+                pages: usize::MAX / 8,
+                page_size: 1
+            }
+        )
+        .is_err());
     }
 
     #[test]

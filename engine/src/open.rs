@@ -8,12 +8,12 @@ use std::sync::Arc;
 use crate::agree::{self, agree_ok, agree_resource};
 use crate::counters::Counters;
 use crate::data_file::DataFile;
-use crate::index_build;
 use crate::mpi_raw::{Comm, RawComm, ThreadLevel};
 use crate::node_memory::{self, NodeMemory};
 use crate::options::{check_options, window_size, EngineOptions};
 use crate::round::progress_words;
 use crate::topology::{self, NodeTopology};
+use crate::{index_build, inline_pages};
 use crate::{Engine, NodeParts};
 use lmdbio_core::cursor::DatabaseIdentity;
 use lmdbio_core::database::data_file_path;
@@ -33,6 +33,7 @@ pub(crate) struct Opened {
     pub(crate) order: EpochOrder,
     pub(crate) step: u64,
     pub(crate) plan_granule: u64,
+    pub(crate) round_steps: usize,
 }
 
 /// The schedule, epoch order and step to start from, on this rank (the
@@ -184,6 +185,7 @@ impl Engine {
             previous_read: None,
             rounds_started: 0,
             plan_granule: opened.plan_granule,
+            round_steps: opened.round_steps,
             failed: None,
             owes_agreement: Cell::new(false),
         })
@@ -212,6 +214,7 @@ impl Engine {
             topology.masters.as_ref(),
             opened.map(|()| file.as_deref()),
             options.subdb.as_deref(),
+            options.inline_pages_bytes,
         )?;
         // A record's run may take up to a granule more on each side.
         let plan_granule = scanned.plan_granule;
@@ -219,17 +222,28 @@ impl Engine {
             1 => scanned.largest_span,
             g => scanned.largest_span.saturating_add(2 * g),
         };
-        let data_len = window_size(options, topology.node.size(), widest);
         let (records, key_bytes) = (scanned.records, scanned.key_bytes);
+        let round_steps = inline_pages::round_steps(
+            options.prefetch,
+            options.batch,
+            topology.node.size(),
+            records as u64,
+            scanned.value_bytes,
+        );
+        let data_len = window_size(options, topology.node.size(), widest, round_steps);
         let words = progress_words(topology.node.size());
-        let (_, need) = node_memory::layout(words, records, key_bytes, data_len)?;
+        let kept = inline_pages::space(scanned.kept_pages, scanned.page_size);
+        let (_, need) = node_memory::layout(words, records, key_bytes, data_len, kept)?;
+        let have = topology.window.as_ref().map_or(0, |w| w.len());
+        let data_len = inline_pages::fit_values(data_len, need, have, kept);
+        let (_, need) = node_memory::layout(words, records, key_bytes, data_len, kept)?;
         let window_made = topology.ensure_window(need)?;
         let Some(window) = topology.window.take() else {
             return Err(Error::Internal("no node window after making one".into()));
         };
         // The window is large enough (ensured above), so this cannot fail
         // on one rank only.
-        let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len)?;
+        let mut memory = NodeMemory::new(window, words, records, key_bytes, data_len, kept)?;
         if let Some(file) = file.as_deref() {
             // Direct reads land in the window only where prepare got it
             // huge pages, else in staging buffers (see
@@ -267,6 +281,7 @@ impl Engine {
                 order,
                 step,
                 plan_granule,
+                round_steps,
             }),
             Err(e) => {
                 topology.window = Some(memory.into_window());

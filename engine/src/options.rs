@@ -28,8 +28,14 @@ pub struct EngineOptions {
     pub window_bytes: usize,
     /// Steps read ahead in one round, at most: a round also has to fit half
     /// the window (all of it without overlap), which bounds it first for
-    /// large records.
+    /// large records. Rounds of small records take more steps, up to 16 MiB
+    /// of values (see docs/design/inline-records.md).
     pub prefetch: usize,
+    /// Bytes of node-shared memory for the leaf pages the index scan read
+    /// that hold inline values (at most half the window): values in them
+    /// are served from there, never read again (see
+    /// docs/design/inline-records.md). 0: every value is read in rounds.
+    pub inline_pages_bytes: u64,
     /// At most this many readers read at once (staggering); `None`: all.
     pub stagger: Option<usize>,
     /// Collective reads: the readers open the file together and read with
@@ -99,6 +105,7 @@ impl Default for EngineOptions {
             coalesce: CoalesceOptions::default(),
             window_bytes: 256 << 20,
             prefetch: DEFAULT_PREFETCH,
+            inline_pages_bytes: DEFAULT_INLINE_PAGES_BYTES,
             stagger: None,
             collective: false,
             read_streams: None,
@@ -122,6 +129,11 @@ impl Default for EngineOptions {
 /// image records per rank fill half the default window (see
 /// docs/design/coalescing.md).
 pub const DEFAULT_PREFETCH: usize = 16;
+
+/// Default [`EngineOptions::inline_pages_bytes`]: the leaf pages of a
+/// node's share of a database of some gigabytes of small records (capped
+/// at half the window, see `inline_pages::scan_budget`).
+pub const DEFAULT_INLINE_PAGES_BYTES: u64 = 1 << 30;
 
 /// Read streams per machine by default, shared among the readers on it: a
 /// lone reader does better on two than one, and readers sharing a machine
@@ -154,13 +166,18 @@ pub(crate) fn effective_hints(user: &[(String, String)]) -> Vec<(String, String)
 /// segment costs time at open). A round holds at most `prefetch` steps of
 /// every rank on the node, each record taking at most its span plus one
 /// bridged gap; with overlap two rounds are held at once.
-pub(crate) fn window_size(o: &EngineOptions, node_ranks: usize, largest_span: u64) -> usize {
+pub(crate) fn window_size(
+    o: &EngineOptions,
+    node_ranks: usize,
+    largest_span: u64,
+    steps: usize,
+) -> usize {
     let per_record = largest_span.saturating_add(o.coalesce.max_gap);
     let rounds = if o.overlap { 2 } else { 1 };
     let need = per_record
         .saturating_mul(o.batch as u64)
         .saturating_mul(node_ranks as u64)
-        .saturating_mul(o.prefetch as u64)
+        .saturating_mul(steps as u64)
         .saturating_mul(rounds);
     o.window_bytes.min(need.max(1 << 20) as usize)
 }

@@ -6,12 +6,12 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::agree;
 use crate::background::{read_and_publish, BackgroundRead, FinishOnDrop, InFlight, ReadFinished};
 use crate::data_file::{DataFile, RunsRead, WindowRange};
 use crate::options::MACHINE_READ_STREAMS;
 use crate::round_planner::{Area, RoundPlanner};
 use crate::step_ready::{Progress, ReadSchedule};
+use crate::{agree, inline_pages};
 use crate::{held, Engine};
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::plan::{ReadPlan, ReadRun};
@@ -30,9 +30,18 @@ pub(crate) struct SpanOwner {
 /// A round's records and read plan.
 pub(crate) struct PlannedRound {
     pub(crate) steps: u64,
+    /// Every record of the round, in schedule order.
     pub(crate) owners: Vec<SpanOwner>,
+    /// Per record: where its value lies if it is served from a kept leaf
+    /// page (see `inline_pages`); the others are the plan's spans, in
+    /// order.
+    pub(crate) kept: Vec<Option<(u64, u64)>>,
     pub(crate) plan: ReadPlan,
 }
+
+/// A round's records: the spans to read, who owns each record, where the
+/// kept ones lie (see `Engine::round_spans`).
+type RoundSpans = (Vec<(u64, u64)>, Vec<SpanOwner>, Vec<Option<(u64, u64)>>);
 
 /// A round: its records placed in the window and its reads started (or
 /// done). Its steps are served as their own bytes come in (see
@@ -124,9 +133,10 @@ impl Engine {
     pub(crate) fn round_planner(&self) -> RoundPlanner {
         RoundPlanner {
             window_len: held(&self.parts).memory.data_len() as u64,
+            start: held(&self.parts).memory.rounds_start() as u64,
             overlap: self.options.overlap,
             granule: self.plan_granule,
-            prefetch: self.options.prefetch as u64,
+            prefetch: self.round_steps as u64,
             step_limit: self.options.step_limit,
             readers_per_node: self.options.readers_per_node as u64,
         }
@@ -137,12 +147,15 @@ impl Engine {
         self.round_planner().reads_ahead_to(next)
     }
 
-    /// Spans of every node member's records for steps `[first, first+k)`,
-    /// and who owns each: `(step offset, member)` per span.
-    pub(crate) fn round_spans(&self, first: u64, k: u64) -> (Vec<(u64, u64)>, Vec<SpanOwner>) {
-        let entries = held(&self.parts).memory.entries();
+    /// Every node member's records for steps `[first, first+k)`: who owns
+    /// each (`(step offset, member)`), where each lies if it is served
+    /// from a kept leaf page, and the spans of the others, to read.
+    pub(crate) fn round_spans(&self, first: u64, k: u64) -> RoundSpans {
+        let memory = &held(&self.parts).memory;
+        let entries = memory.entries();
         let mut spans = Vec::new();
         let mut owners = Vec::new();
+        let mut kept = Vec::new();
         for s in 0..k {
             for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
                 for_each_wanted_slot(
@@ -152,7 +165,11 @@ impl Engine {
                     first + s,
                     |slot| {
                         let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
-                        spans.push(entries[ordinal].span());
+                        let in_page = inline_pages::kept_value(memory, &entries[ordinal]);
+                        if in_page.is_none() {
+                            spans.push(entries[ordinal].span());
+                        }
+                        kept.push(in_page);
                         owners.push(SpanOwner {
                             step: s as usize,
                             member: m,
@@ -161,16 +178,17 @@ impl Engine {
                 );
             }
         }
-        (spans, owners)
+        (spans, owners, kept)
     }
 
     /// Spans and plan of the round of `k` steps starting at `first`.
     pub(crate) fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
-        let (spans, owners) = self.round_spans(first, k);
+        let (spans, owners, kept) = self.round_spans(first, k);
         let plan = ReadPlan::for_spans_aligned(&spans, self.options.coalesce, self.plan_granule);
         PlannedRound {
             steps: k,
             owners,
+            kept,
             plan,
         }
     }
@@ -284,6 +302,7 @@ impl Engine {
         let PlannedRound {
             steps: _,
             owners,
+            kept,
             plan,
         } = match fitted {
             Some(round) if round.steps == k => round,
@@ -294,15 +313,26 @@ impl Engine {
         let io_start = Instant::now();
         let readers = self.node_readers();
         let members = held(&self.parts).topology.members.len();
-        let span_steps: Vec<usize> = owners.iter().map(|o| o.step).collect();
+        let span_steps: Vec<usize> = owners
+            .iter()
+            .zip(&kept)
+            .filter(|(_, k)| k.is_none())
+            .map(|(o, _)| o.step)
+            .collect();
         let ReadSchedule {
             groups,
             mut order,
             needs,
         } = ReadSchedule::new(&plan, &span_steps, k as usize, readers);
         let mut placements = vec![vec![Vec::new(); members]; k as usize];
-        for (o, p) in owners.iter().zip(&plan.placements) {
-            placements[o.step][o.member].push((base + p.buf_offset, p.len));
+        let mut planned = plan.placements.iter();
+        for (o, in_page) in owners.iter().zip(&kept) {
+            let place = match (in_page, in_page.is_none().then(|| planned.next())) {
+                (Some(at), _) => *at,
+                (None, Some(Some(p))) => (base + p.buf_offset, p.len),
+                _ => return Err(Error::Internal("a round's plan lacks a record".into())),
+            };
+            placements[o.step][o.member].push(place);
         }
         let mut round = Round {
             first_step: first,
@@ -371,7 +401,7 @@ impl Engine {
             (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
             _ => (base, base),
         };
-        if hi as usize > parts.memory.data_len() {
+        if hi as usize > parts.memory.rounds_start() + parts.memory.data_len() {
             return Err(Error::Internal("a round's reads overrun the window".into()));
         }
         // The range lies inside this round's area of the window (the plan

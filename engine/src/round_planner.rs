@@ -7,8 +7,11 @@
 /// What round planning depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RoundPlanner {
-    /// Bytes of the window's data area.
+    /// Bytes of the window's data area that rounds are read into.
     pub(crate) window_len: u64,
+    /// Where in the data area that part starts (after the kept leaf
+    /// pages: a whole number of huge pages, see `node_memory`).
+    pub(crate) start: u64,
     /// Whether the next round is read while the ranks work on this one:
     /// the window is then two halves used in turn.
     pub(crate) overlap: bool,
@@ -46,13 +49,13 @@ impl RoundPlanner {
             Area {
                 index: index as usize,
                 capacity: half,
-                base: index * half,
+                base: self.start + index * half,
             }
         } else {
             Area {
                 index: 0,
                 capacity: self.window_len,
-                base: 0,
+                base: self.start,
             }
         }
     }
@@ -103,6 +106,7 @@ mod tests {
     fn planner() -> RoundPlanner {
         RoundPlanner {
             window_len: 10_000,
+            start: 0,
             overlap: true,
             granule: 1,
             prefetch: 16,

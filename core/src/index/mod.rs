@@ -8,6 +8,7 @@
 //! never read here: a leaf node already says where its value lives and how
 //! long it is.
 
+mod kept;
 mod pages;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::{overflow_pages, LeafValue, TreePage, PAGEHDRSZ};
 use crate::source::{IoSnapshot, ReadAt};
 
+pub use kept::{parse_leaves_keeping, KeptLeaves};
 pub use pages::consecutive_runs;
 pub use pages::{PageBatch, PageBitmap, MAX_PAGES_PER_READ};
 
@@ -531,8 +533,18 @@ pub fn parse_leaves<R: ReadAt>(
 }
 
 fn parse_leaf_chunk<R: ReadAt>(db: &Database<R>, tree: &Tree, pgnos: &[u64]) -> Result<LeafChunk> {
+    let batch = PageBatch::read(db.source(), db.page_size(), pgnos)?;
+    parse_leaf_batch(db, tree, pgnos, &batch)
+}
+
+/// Parses `pgnos` (leaf pages in key order), all of them in `batch`.
+fn parse_leaf_batch<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    pgnos: &[u64],
+    batch: &PageBatch,
+) -> Result<LeafChunk> {
     let psize = db.page_size();
-    let batch = PageBatch::read(db.source(), psize, pgnos)?;
     let order = tree.key_order();
     let mut chunk = LeafChunk {
         keys: Vec::new(),

@@ -185,6 +185,10 @@ pub struct Args {
     /// Shared window per node, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
     window: usize,
+    /// Node-shared memory for leaf pages kept from the index scan to serve
+    /// inline values from, in bytes (0: read every value in rounds).
+    #[arg(long, value_name = "BYTES", default_value_t = lmdbio::engine::DEFAULT_INLINE_PAGES_BYTES)]
+    inline_pages: u64,
     #[arg(long, value_enum, default_value_t = PartitionArg::Contiguous)]
     partition: PartitionArg,
     /// What the batch that reaches the end of an epoch does.
@@ -400,6 +404,7 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         },
         window_bytes: args.window,
         prefetch: args.prefetch,
+        inline_pages_bytes: args.inline_pages,
         stagger: args.stagger,
         collective: args.collective,
         read_streams: args.read_streams,

@@ -1,0 +1,158 @@
+//! Inline values served from the leaf pages the index scan read.
+//!
+//! On a database of small records the leaf pages are the data: the scan
+//! reads them all to build the index, and reading them again for the
+//! values read the file twice, in smaller pieces. Each node's first rank
+//! keeps the leaf pages of its share of the scan that hold inline values
+//! (up to [`crate::EngineOptions::inline_pages_bytes`]) in the node's
+//! window, and a record whose value lies in a kept page is served from
+//! there with no read; the rest (overflow values, records in pages another
+//! node scanned or beyond the budget) are planned and read as before. See
+//! docs/design/inline-records.md.
+
+use super::node_memory::{KeptSpace, NodeMemory};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::index::{KeptLeaves, RecordEntry};
+
+/// Copies `kept` into the node's window with its table sorted by page
+/// number. Only on the node's first rank, before the index is published.
+pub(crate) fn publish_kept(memory: &mut NodeMemory, kept: &KeptLeaves) -> Result<()> {
+    let space = memory.kept_space();
+    if kept.is_empty() {
+        if space.pages > 0 {
+            // SAFETY: as for the index: the node's first rank, before
+            // publication (the caller's contract).
+            let (table, _) = unsafe { memory.kept_regions_mut() };
+            table[0] = 0;
+        }
+        return Ok(());
+    }
+    if kept.len() > space.pages || kept.page_size() != space.page_size {
+        return Err(Error::Internal(format!(
+            "{} kept pages of {} bytes in room for {} of {}",
+            kept.len(),
+            kept.page_size(),
+            space.pages,
+            space.page_size
+        )));
+    }
+    let mut order: Vec<(u64, u64)> = kept
+        .pages()
+        .enumerate()
+        .map(|(slot, (pgno, _))| (pgno, slot as u64))
+        .collect();
+    order.sort_unstable();
+    // SAFETY: gather_into runs on the node's first rank before the index
+    // is published (the other ranks wait in the agreement that follows).
+    let (table, pages) = unsafe { memory.kept_regions_mut() };
+    table[0] = order.len() as u64;
+    for (i, (pgno, slot)) in order.into_iter().enumerate() {
+        table[1 + 2 * i] = pgno;
+        table[2 + 2 * i] = slot;
+    }
+    let psize = space.page_size;
+    for (slot, (_, bytes)) in kept.pages().enumerate() {
+        pages[slot * psize..(slot + 1) * psize].copy_from_slice(bytes);
+    }
+    Ok(())
+}
+
+/// The room a node makes for `pages` kept pages of `page_size` bytes.
+pub(crate) fn space(pages: usize, page_size: u32) -> KeptSpace {
+    KeptSpace {
+        pages,
+        page_size: page_size as usize,
+    }
+}
+
+/// Where `entry`'s value lies in the value area, if it is served from a
+/// kept page: `(offset, length)`.
+pub(crate) fn kept_value(memory: &NodeMemory, entry: &RecordEntry) -> Option<(u64, u64)> {
+    let psize = memory.kept_space().page_size as u64;
+    if entry.is_overflow() || psize == 0 {
+        return None;
+    }
+    let page = memory.kept_page(entry.value_offset / psize)?;
+    Some((
+        page as u64 + entry.value_offset % psize,
+        u64::from(entry.value_len),
+    ))
+}
+
+/// The value area to lay out: `data_len`, or less when that lets a
+/// window of `have` bytes (needing `need` with `data_len`) hold the kept
+/// pages as well, and the area left still takes [`ROUND_VALUE_BYTES`]
+/// (or `data_len` if less). Making a window anew at open, and faulting in
+/// its fresh memory, cost more than the kept pages saved (see
+/// docs/design/inline-records.md); most records are served from the kept
+/// pages, and rounds of the others are cut to the area left.
+pub(crate) fn fit_values(data_len: usize, need: usize, have: usize, kept: KeptSpace) -> usize {
+    if kept.pages == 0 || need <= have {
+        return data_len;
+    }
+    let short = need - have;
+    let floor = data_len.min(ROUND_VALUE_BYTES as usize);
+    match data_len.checked_sub(short) {
+        Some(left) if left >= floor => left,
+        _ => data_len,
+    }
+}
+
+/// Bytes of values a round should hold at least: rounds of a fixed number
+/// of steps hold almost nothing when records are small, and each round
+/// costs an agreement and a plan.
+pub const ROUND_VALUE_BYTES: u64 = 16 << 20;
+
+/// Steps per round: `prefetch`, or more where that many steps of every
+/// rank on the node hold less than [`ROUND_VALUE_BYTES`] of values of the
+/// average size (counted as at least [`SMALLEST_RECORD`] bytes, which
+/// bounds the records a round plans).
+pub(crate) fn round_steps(
+    prefetch: usize,
+    batch: usize,
+    node_ranks: usize,
+    records: u64,
+    value_bytes: u64,
+) -> usize {
+    let per_step = (value_bytes / records.max(1))
+        .max(SMALLEST_RECORD)
+        .saturating_mul(batch as u64)
+        .saturating_mul(node_ranks as u64);
+    let wanted = ROUND_VALUE_BYTES.div_ceil(per_step.max(1));
+    prefetch.max(wanted as usize)
+}
+
+/// See [`round_steps`].
+const SMALLEST_RECORD: u64 = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_of_small_records_take_more_steps_and_large_ones_prefetch() {
+        // 100-byte values, batch 64, one rank: 16 MiB in 2622 steps.
+        assert_eq!(round_steps(16, 64, 1, 1000, 100_000), 2622);
+        // 100 kB values: 16 steps already hold 100 MB.
+        assert_eq!(round_steps(16, 64, 1, 10, 1_000_000), 16);
+        // An empty database or zero-length values stay bounded.
+        assert_eq!(round_steps(16, 64, 2, 0, 0), 8192);
+    }
+
+    #[test]
+    fn the_value_area_shrinks_to_fit_a_window_only_while_a_round_fits() {
+        let kept = space(10, 4096);
+        let mib = 1 << 20;
+        // Fits already, or nothing kept: unchanged.
+        assert_eq!(fit_values(256 * mib, 300 * mib, 320 * mib, kept), 256 * mib);
+        assert_eq!(
+            fit_values(256 * mib, 400 * mib, 320 * mib, space(0, 4096)),
+            256 * mib
+        );
+        // 80 MiB short: the area gives them up.
+        assert_eq!(fit_values(256 * mib, 400 * mib, 320 * mib, kept), 176 * mib);
+        // Not below a round's worth: the window is made anew instead.
+        assert_eq!(fit_values(20 * mib, 400 * mib, 320 * mib, kept), 20 * mib);
+        assert_eq!(fit_values(8 * mib, 9 * mib, 8 * mib, kept), 8 * mib);
+    }
+}
