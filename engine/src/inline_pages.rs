@@ -57,6 +57,16 @@ pub(crate) fn publish_kept(memory: &mut NodeMemory, kept: &KeptLeaves) -> Result
     Ok(())
 }
 
+/// Bytes of leaf pages a master keeps: `option`, but at most half of the
+/// window the node has (`have`) or `prepare` makes. Kept pages beyond the
+/// window's room made it anew at open, and its fresh memory cost more to
+/// fault in than reading the pages again (see
+/// docs/design/inline-records.md).
+pub(crate) fn scan_budget(option: u64, window_bytes: usize, have: usize) -> u64 {
+    let window = have.max(window_bytes.saturating_add(super::topology::INDEX_ALLOWANCE));
+    option.min(window as u64 / 2)
+}
+
 /// The room a node makes for `pages` kept pages of `page_size` bytes.
 pub(crate) fn space(pages: usize, page_size: u32) -> KeptSpace {
     KeptSpace {
@@ -137,6 +147,17 @@ mod tests {
         assert_eq!(round_steps(16, 64, 1, 10, 1_000_000), 16);
         // An empty database or zero-length values stay bounded.
         assert_eq!(round_steps(16, 64, 2, 0, 0), 8192);
+    }
+
+    #[test]
+    fn masters_keep_at_most_half_the_window() {
+        let mib = 1 << 20;
+        assert_eq!(scan_budget(1 << 30, 256 * mib, 0), 160 * mib as u64);
+        assert_eq!(
+            scan_budget(1 << 30, 256 * mib, 1024 * mib),
+            512 * mib as u64
+        );
+        assert_eq!(scan_budget(0, 256 * mib, 1024 * mib), 0);
     }
 
     #[test]

@@ -214,7 +214,11 @@ impl Engine {
             topology.masters.as_ref(),
             opened.map(|()| file.as_deref()),
             options.subdb.as_deref(),
-            options.inline_pages_bytes,
+            inline_pages::scan_budget(
+                options.inline_pages_bytes,
+                options.window_bytes,
+                topology.window.as_ref().map_or(0, |w| w.len()),
+            ),
         )?;
         // A record's run may take up to a granule more on each side.
         let plan_granule = scanned.plan_granule;
