@@ -213,6 +213,10 @@ int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
  * it cut short there is no cursor (LMDBIO_ERR_INVALID_ARGUMENT): jobs that
  * stop at an epoch's end and resume use LMDBIO_TAIL_SHORT. UINT64_MAX
  * (default): unbounded. */
+/* Seconds a rank waits for the others (in a collective call, or for its
+ * node's reader) before failing with an error naming the ranks that did not
+ * arrive. Default: the environment variable LMDBIO_TIMEOUT, else 1800. */
+int lmdbio_options_set_timeout(lmdbio_options *options, double seconds);
 int lmdbio_options_set_epoch_limit(lmdbio_options *options, uint64_t epochs);
 /* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
  * values per chunk. Every rank computes the same order. */
@@ -274,7 +278,7 @@ int lmdbio_step_limit(const lmdbio_engine *engine, uint64_t *out);
 /* Any out pointer may be NULL. */
 int lmdbio_rank_info(const lmdbio_engine *engine, int *rank, int *ranks, int *node_rank, int *node_size);
 /* Size of an encoded cursor. */
-#define LMDBIO_CURSOR_BYTES 104
+#define LMDBIO_CURSOR_BYTES 112
 /* Writes this rank's cursor (its position after the batches delivered so
  * far) into buf, which holds len >= LMDBIO_CURSOR_BYTES bytes. Local. */
 int lmdbio_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, size_t *out_len);

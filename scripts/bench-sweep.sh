@@ -11,7 +11,7 @@
 #   PER_NODE   ranks per virtual node  (default "1 2"; skipped when > P)
 #   POINTS     explicit P:K pairs instead of RANKS x PER_NODE, e.g. "1:1 2:1 4:2 8:2"
 #   METHODS    bench methods           (default "raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled")
-#   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold --repeat $REPEAT")
+#   BENCH_ARGS extra arguments to `lmdbio bench` (default "--batch 64 --cold --drop-all-caches --repeat $REPEAT")
 #   REPEAT     runs of each method per grid point, medians reported (default 3)
 #   MPIEXEC    launcher                (default mpiexec.mpich)
 #   LMDBIO     the lmdbio binary       (default target/release/lmdbio, built if missing)
@@ -27,7 +27,7 @@ out=$2
 ranks=${RANKS:-1 2 4 8}
 per_node=${PER_NODE:-1 2}
 methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled}
-bench_args=${BENCH_ARGS:---batch 64 --cold --repeat ${REPEAT:-3}}
+bench_args=${BENCH_ARGS:---batch 64 --cold --drop-all-caches --repeat ${REPEAT:-3}}
 lmdbio=${LMDBIO:-target/release/lmdbio}
 
 bench_need_db "$db"

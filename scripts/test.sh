@@ -78,6 +78,10 @@ bash scripts/test-install.sh
 step "fuzz smoke (bounded)"
 LMDBIO_FUZZ_SECONDS="${LMDBIO_FUZZ_SECONDS:-30}" bash scripts/fuzz-smoke.sh
 
+step "fault smoke (special files, convert, disagreeing and stopped ranks, damaged files)"
+cargo build --locked -q -p lmdbio-tools -p lmdbio-testkit --bins
+python3 scripts/fault-fuzz.py --smoke --bin target/debug
+
 step "benchmark smoke (small data; figures in docs/PERFORMANCE.md come from full runs)"
 LMDBIO_BENCH_RECORDS="${LMDBIO_BENCH_RECORDS:-300}" cargo bench -p lmdbio-benches --locked -q
 

@@ -921,7 +921,7 @@ fn cursors_from_another_database_or_rank_count_are_refused() {
     // A job cursor missing a rank's cursor is refused before anything runs.
     let bytes = std::fs::read(cursor).unwrap();
     let cut = dir.path().join("cut.bin");
-    std::fs::write(&cut, &bytes[..bytes.len() - 104]).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() - 112]).unwrap();
     let out = mpiexec(
         3,
         &[

@@ -20,8 +20,8 @@ use crate::resume::{PositionRun, Remainder};
 use crate::schedule::{Partition, Tail};
 
 pub const CURSOR_MAGIC: [u8; 8] = *b"LMDBIOC\0";
-pub const CURSOR_VERSION: u32 = 1;
-pub const CURSOR_BYTES: usize = 104;
+pub const CURSOR_VERSION: u32 = 2;
+pub const CURSOR_BYTES: usize = 112;
 
 /// The database a cursor belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,10 @@ pub struct DatabaseIdentity {
     pub entries: u64,
     pub txnid: u64,
     pub page_size: u32,
+    /// [`crate::Database::identity_digest`]: the current meta page and its trees, the
+    /// tree read and the file's length, so that another database with the
+    /// same entry count, txnid and page size is still told apart.
+    pub digest: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +94,7 @@ impl Cursor {
         }
         b.extend_from_slice(&self.database.page_size.to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.database.digest.to_le_bytes());
         debug_assert_eq!(b.len(), CURSOR_BYTES);
         b
     }
@@ -149,6 +154,7 @@ impl Cursor {
                 entries: u64_at(80),
                 txnid: u64_at(88),
                 page_size: u32_at(96),
+                digest: u64_at(104),
             },
             after_repartition,
         })
@@ -158,13 +164,15 @@ impl Cursor {
     pub fn check_database(&self, db: DatabaseIdentity) -> Result<()> {
         if self.database != db {
             return Err(Error::InvalidArgument(format!(
-                "the cursor was taken on another database ({} entries, txnid {}, page size {}); this one has {} entries, txnid {}, page size {}",
+                "the cursor was taken on another database ({} entries, txnid {}, page size {}, digest {:016x}); this one has {} entries, txnid {}, page size {}, digest {:016x}",
                 self.database.entries,
                 self.database.txnid,
                 self.database.page_size,
+                self.database.digest,
                 db.entries,
                 db.txnid,
-                db.page_size
+                db.page_size,
+                db.digest
             )));
         }
         Ok(())
@@ -386,6 +394,7 @@ mod tests {
                 entries: 10_000,
                 txnid: 17,
                 page_size: 4096,
+                digest: 0xfeed_f00d,
             },
             after_repartition: false,
         }
@@ -400,6 +409,7 @@ mod tests {
         // Field offsets are part of the format: spot-check two.
         assert_eq!(&bytes[56..64], &1234u64.to_le_bytes());
         assert_eq!(&bytes[96..100], &4096u32.to_le_bytes());
+        assert_eq!(&bytes[104..112], &0xfeed_f00du64.to_le_bytes());
         let plain = Cursor { shuffle: None, ..c };
         assert_eq!(Cursor::decode(&plain.encode()).unwrap(), plain);
     }
@@ -407,9 +417,9 @@ mod tests {
     #[test]
     fn refuses_other_versions_databases_and_garbage() {
         let mut bytes = sample().encode();
-        bytes[8] = 2;
+        bytes[8] = 1;
         let e = Cursor::decode(&bytes).unwrap_err().to_string();
-        assert!(e.contains("version 2"), "{e}");
+        assert!(e.contains("version 1"), "{e}");
         assert!(Cursor::decode(b"hello").is_err());
         let c = sample();
         let other = DatabaseIdentity {
@@ -422,6 +432,13 @@ mod tests {
             .to_string()
             .contains("txnid 17"));
         assert!(c.check_database(c.database).is_ok());
+        // Same entries, txnid and page size: the digest still tells.
+        let lookalike = DatabaseIdentity {
+            digest: 0xfeed_f00e,
+            ..c.database
+        };
+        let e = c.check_database(lookalike).unwrap_err().to_string();
+        assert!(e.contains("another database"), "{e}");
     }
 
     fn job(ranks: u32) -> JobCursor {

@@ -42,13 +42,29 @@ pub fn data_file_path(path: &Path) -> Result<PathBuf> {
     })?;
     if meta.is_dir() {
         let data = path.join("data.mdb");
-        if !data.is_file() {
-            return Err(Error::NotFound {
-                path: path.to_owned(),
-                reason: "directory holds no data.mdb".into(),
-            });
+        match std::fs::metadata(&data) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(Error::NotFound {
+                    path: data,
+                    reason: "not a regular file (FIFOs, devices and sockets are refused)".into(),
+                })
+            }
+            Err(_) => {
+                return Err(Error::NotFound {
+                    path: path.to_owned(),
+                    reason: "directory holds no data.mdb".into(),
+                })
+            }
         }
         Ok(data)
+    } else if !meta.is_file() {
+        // A FIFO or device would block the open or read without end;
+        // `stat` tells without opening it.
+        Err(Error::NotFound {
+            path: path.to_owned(),
+            reason: "not a regular file (FIFOs, devices and sockets are refused)".into(),
+        })
     } else {
         Ok(path.to_owned())
     }
@@ -110,6 +126,50 @@ impl<R: ReadAt> Database<R> {
             .saturating_add(1)
             .saturating_mul(self.page_size() as u64);
         self.meta.mm_mapsize.max(committed)
+    }
+
+    /// A digest of what identifies this snapshot of this database for
+    /// `tree`: the current meta page's txnid, last page and both tree
+    /// descriptors, the tree read, the page size, the file's length and
+    /// the bytes of the tree's root page (FNV-1a 64 over all of them). Two
+    /// databases that agree on entry count, txnid and page size still
+    /// differ here unless their trees are shaped alike in files of one
+    /// length and their root pages, which hold the keys that divide the
+    /// records, are the same bytes. A root page that cannot be read
+    /// counts as empty: the scan that follows reports the failure.
+    pub fn identity_digest(&self, tree: &Tree) -> u64 {
+        let m = &self.meta;
+        let db_words = |d: &MdbDb| {
+            [
+                u64::from(d.md_pad),
+                u64::from(d.md_flags),
+                u64::from(d.md_depth),
+                d.md_branch_pages,
+                d.md_leaf_pages,
+                d.md_overflow_pages,
+                d.md_entries,
+                d.md_root,
+            ]
+        };
+        let mut words = vec![m.mm_txnid, m.mm_last_pg, self.source.len()];
+        words.extend(db_words(&m.free_db));
+        words.extend(db_words(&m.main_db));
+        words.extend(db_words(&tree.db));
+        let mut root = Vec::new();
+        if !tree.db.is_empty_tree() && tree.db.md_root < self.page_limit {
+            root = vec![0u8; self.page_size() as usize];
+            let at = tree.db.md_root.saturating_mul(self.page_size() as u64);
+            if self.source.read_exact_at(&mut root, at).is_err() {
+                root.clear();
+            }
+        }
+        words
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .chain(root)
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            })
     }
 
     /// The unnamed main database.
@@ -198,9 +258,24 @@ impl<R: ReadAt> Database<R> {
     }
 }
 
+/// The meta page a liblmdb reader uses: the larger txnid of the two is the
+/// last committed transaction, and a commit writes its meta page to slot
+/// `txnid & 1`, so that slot is read (`mdb_txn_renew0` reads
+/// `me_metas[txnid & 1]`). A txnid damaged to a larger value of the wrong
+/// parity for its slot therefore sends the reader to the other page, as it
+/// sends liblmdb; a fresh file (both txnids 0) reads page 0.
+pub(crate) fn current_meta(meta0: MdbMeta, meta1: MdbMeta) -> MdbMeta {
+    let last = meta0.mm_txnid.max(meta1.mm_txnid);
+    if last & 1 == 1 {
+        meta1
+    } else {
+        meta0
+    }
+}
+
 /// Reads both meta pages the way `mdb_env_read_header` does: page 0 gives
-/// the page size that locates page 1, both must be valid, and the one with
-/// the larger txnid wins (page 0 on a tie).
+/// the page size that locates page 1, both must be valid (meta flag, magic,
+/// version), and [`current_meta`] chooses between them.
 fn pick_meta<R: ReadAt>(source: &R) -> Result<MdbMeta> {
     let not_lmdb = |page: u32, p: MetaProblem| Error::NotLmdb {
         path: source.path().to_owned(),
@@ -221,11 +296,7 @@ fn pick_meta<R: ReadAt>(source: &R) -> Result<MdbMeta> {
     }
     source.read_exact_at(&mut buf, psize as u64)?;
     let meta1 = MdbMeta::parse(&buf).map_err(|p| not_lmdb(1, p))?;
-    let meta = if meta1.mm_txnid > meta0.mm_txnid {
-        meta1
-    } else {
-        meta0
-    };
+    let meta = current_meta(meta0, meta1);
     if meta.page_size() != psize {
         return Err(Error::Corrupt {
             path: source.path().to_owned(),

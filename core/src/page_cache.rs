@@ -76,11 +76,7 @@ pub fn direct_alignment(_file: &File) -> Option<DirectAlignment> {
 /// Opens `path` read-only for direct reads (`O_DIRECT`).
 #[cfg(target_os = "linux")]
 pub fn open_direct(path: &std::path::Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
+    crate::source::open_regular(path, libc::O_DIRECT)
 }
 
 #[cfg(not(target_os = "linux"))]

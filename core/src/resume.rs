@@ -697,6 +697,7 @@ mod tests {
             entries: 50,
             txnid: 3,
             page_size: 4096,
+            digest: 0x5eed,
         };
         let base = |p| Schedule::new(50, p, 4, Partition::Strided, Tail::Wrap);
         let job = job_cursor(3, 2, db);

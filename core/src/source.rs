@@ -79,6 +79,27 @@ pub struct FileSource {
     around_cache: AtomicBool,
 }
 
+/// Opens `path` read-only as a regular file, never blocking: `O_NONBLOCK`
+/// makes the open of a FIFO with no writer (or a device that waits for a
+/// carrier) return at once, and the descriptor's own `fstat` refuses
+/// anything but a regular file, so no path swapped in between a check and
+/// the open gets through. The flag stays set: Linux ignores it for
+/// regular files. `extra_flags` adds open flags (`O_DIRECT`).
+pub fn open_regular(path: &Path, extra_flags: i32) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | extra_flags)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (FIFOs, devices and sockets are refused)",
+        ));
+    }
+    Ok(file)
+}
+
 /// Reads around the cache are widened to whole blocks of this many bytes,
 /// into memory aligned to it: what direct I/O asks of offsets, lengths and
 /// buffers on file systems of 4 KiB blocks or smaller.
@@ -86,7 +107,7 @@ const AROUND_CACHE_BLOCK: usize = 4096;
 
 impl FileSource {
     pub fn open(path: &Path) -> Result<FileSource> {
-        let file = File::open(path).map_err(|e| Error::NotFound {
+        let file = open_regular(path, 0).map_err(|e| Error::NotFound {
             path: path.to_owned(),
             reason: format!("cannot open for reading: {e}"),
         })?;

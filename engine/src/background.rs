@@ -107,21 +107,42 @@ impl Drop for FinishOnDrop {
     }
 }
 
+/// Where a read's progress goes: the progress word, the tally, and the
+/// snapshot check each publication waits for (`crate::snapshot`).
+pub(crate) struct Publish<'a> {
+    pub(crate) progress: Progress,
+    pub(crate) tally: &'a ReadTally,
+    pub(crate) snapshot: Option<&'a crate::snapshot::SnapshotCheck>,
+}
+
 /// Reads `runs` in `order` and publishes the progress, ending with every
 /// run complete or with the failure (also when the read unwinds), so that
 /// no rank waits for a read that stopped. The read is counted in `tally`
-/// before its last run is published.
-#[allow(clippy::too_many_arguments)]
+/// before its last run is published; nothing is published once the
+/// snapshot check fails.
 pub(crate) fn read_and_publish(
     file: &DataFile,
     runs: &[ReadRun],
     order: &[usize],
     dest: WindowRange,
     streams: usize,
-    progress: Progress,
-    tally: &ReadTally,
+    publish: Publish,
     bytes: u64,
 ) -> Result<RunsRead> {
+    let Publish {
+        progress,
+        tally,
+        snapshot,
+    } = publish;
+    let intact = std::sync::atomic::AtomicBool::new(true);
+    let still_intact = || {
+        intact.load(std::sync::atomic::Ordering::SeqCst)
+            && snapshot.is_none_or(|s| s.check().is_ok())
+            || {
+                intact.store(false, std::sync::atomic::Ordering::SeqCst);
+                false
+            }
+    };
     struct FailUnlessDone(Progress, bool);
     impl Drop for FailUnlessDone {
         fn drop(&mut self) {
@@ -132,11 +153,19 @@ pub(crate) fn read_and_publish(
     }
     let mut guard = FailUnlessDone(progress, false);
     let all = runs.len();
-    let read = file.read_runs(runs, order, dest, streams, &move |n| {
-        if n < all {
+    let read = file.read_runs(runs, order, dest, streams, &|n| {
+        if n < all && still_intact() {
             progress.complete(n)
         }
     })?;
+    if let Some(s) = snapshot {
+        s.check()?;
+    }
+    if !intact.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(Error::Internal(
+            "the snapshot check failed, then passed".into(),
+        ));
+    }
     tally.add(bytes, read);
     progress.complete(all);
     guard.1 = true;

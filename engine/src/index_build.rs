@@ -28,6 +28,8 @@ pub(crate) struct ScannedIndex<'f> {
     pub page_size: u32,
     /// Transaction id of the meta page read (identifies the snapshot).
     pub txnid: u64,
+    /// `Database::identity_digest` of the tree read.
+    pub digest: u64,
     /// The longest span a record's value covers in the file.
     pub largest_span: u64,
     /// Granule to plan reads in (bytes; see `DataFile::plan_granule`):
@@ -66,8 +68,9 @@ enum Agreed {
     PlanGranule,
     ValueBytes,
     KeptPages,
+    Digest,
 }
-const SIZES: usize = 8;
+const SIZES: usize = 9;
 
 /// A master's scan, before the world agrees on it: its state, the entries
 /// and key bytes of every master's part, and the sizes. `None` when this
@@ -118,6 +121,7 @@ pub(crate) fn scan<'f>(
         value_bytes: size(Agreed::ValueBytes),
         page_size: size(Agreed::PageSize) as u32,
         txnid: size(Agreed::Txnid),
+        digest: size(Agreed::Digest),
         largest_span: size(Agreed::LargestSpan),
         plan_granule: size(Agreed::PlanGranule).max(1),
         kept_pages: size(Agreed::KeptPages) as usize,
@@ -138,10 +142,11 @@ struct PartSizes {
     page_size: u64,
     txnid: u64,
     kept_pages: u64,
+    digest: u64,
 }
 
 impl PartSizes {
-    const WORDS: usize = 9;
+    const WORDS: usize = 10;
 
     fn of(state: &MasterState) -> PartSizes {
         let entries = &state.part.entries;
@@ -159,6 +164,7 @@ impl PartSizes {
             page_size: u64::from(state.db.page_size()),
             txnid: state.db.meta().mm_txnid,
             kept_pages: state.kept.len() as u64,
+            digest: state.db.identity_digest(&state.tree),
         }
     }
 
@@ -173,6 +179,7 @@ impl PartSizes {
             self.page_size as i64,
             self.txnid as i64,
             self.kept_pages as i64,
+            self.digest as i64,
         ]
     }
 
@@ -187,6 +194,7 @@ impl PartSizes {
             page_size: w[6] as u64,
             txnid: w[7] as u64,
             kept_pages: w[8] as u64,
+            digest: w[9] as u64,
         }
     }
 }
@@ -232,7 +240,11 @@ fn master_scan<'f>(
     // between would have them index different snapshots.
     let lowest = parts.iter().map(|p| p.txnid).min().unwrap_or(0);
     let highest = parts.iter().map(|p| p.txnid).max().unwrap_or(0);
-    if lowest != highest || parts.iter().any(|p| p.page_size != parts[0].page_size) {
+    if lowest != highest
+        || parts
+            .iter()
+            .any(|p| p.page_size != parts[0].page_size || p.digest != parts[0].digest)
+    {
         return Err(Error::InvalidArgument(format!(
             "{}: the database changed while it was opened (its nodes read transactions {lowest} to {highest}); open it again",
             state.db.source().path().display()
@@ -261,6 +273,7 @@ fn master_scan<'f>(
     );
     set(Agreed::PageSize, parts[0].page_size);
     set(Agreed::Txnid, lowest);
+    set(Agreed::Digest, parts[0].digest);
     Ok(Some((state, counts, sizes)))
 }
 

@@ -38,14 +38,19 @@ mod counters;
 mod data_file;
 mod index_build;
 mod inline_pages;
+mod launcher;
+pub mod limits;
 pub mod mpi_raw;
 mod node_memory;
 mod open;
 mod options;
 mod round;
 mod round_planner;
+mod same_inputs;
 mod serve;
+mod snapshot;
 mod step_ready;
+pub mod timeout;
 pub mod topology;
 
 use std::cell::Cell;
@@ -124,6 +129,8 @@ pub struct Engine {
     /// call (see `serve_from_own_node`). The same on every rank that has
     /// not failed: agreements fall on the same steps everywhere.
     owes_agreement: Cell<bool>,
+    /// On readers: the check that the snapshot read is still intact.
+    snapshot: Option<Arc<snapshot::SnapshotCheck>>,
 }
 
 /// What the engine takes from the kept node topology (see [`topology`])

@@ -34,6 +34,7 @@ pub(crate) struct Opened {
     pub(crate) step: u64,
     pub(crate) plan_granule: u64,
     pub(crate) round_steps: usize,
+    pub(crate) snapshot: Option<Arc<crate::snapshot::SnapshotCheck>>,
 }
 
 /// The schedule, epoch order and step to start from, on this rank (the
@@ -45,6 +46,7 @@ pub(crate) fn start_point(
     value_bytes: u64,
     database: DatabaseIdentity,
 ) -> Result<(JobSchedule, EpochOrder, u64)> {
+    crate::limits::check_against_database(options, records)?;
     let schedule = Schedule::new(
         records,
         world.size() as u64,
@@ -135,8 +137,13 @@ impl Engine {
     /// `comm`. Collective; any rank's failure fails every rank.
     pub fn open(comm: RawComm, path: &Path, mut options: EngineOptions) -> Result<Engine> {
         let caller = Comm::caller(comm)?;
-        let (mut topology, topology_made) =
-            topology::take(&caller, &options, check_options(&options))?;
+        let same = crate::same_inputs::Inputs::of(Some(path), &options);
+        let (mut topology, topology_made) = topology::take(
+            &caller,
+            &options,
+            check_options(&options).and_then(|()| crate::launcher::world_check()),
+            &same,
+        )?;
         let opened = match Engine::open_with(&mut topology, path, &options) {
             Ok(opened) => opened,
             Err(e) => {
@@ -188,6 +195,7 @@ impl Engine {
             round_steps: opened.round_steps,
             failed: None,
             owes_agreement: Cell::new(false),
+            snapshot: opened.snapshot,
         })
     }
 
@@ -262,20 +270,32 @@ impl Engine {
             entries: records as u64,
             txnid: scanned.txnid,
             page_size: scanned.page_size,
+            digest: scanned.digest,
         };
         let world = topology.world();
-        let start = agree::local(|| {
-            start_point(
-                world,
-                options,
-                records as u64,
-                scanned.value_bytes,
-                database,
-            )
+        let snapshot = match &file {
+            Some(_) => data_file_path(path)
+                .and_then(|p| {
+                    crate::snapshot::SnapshotCheck::open(&p, scanned.page_size, scanned.txnid)
+                })
+                .map(|s| Some(Arc::new(s))),
+            None => Ok(None),
+        };
+        let start = snapshot.and_then(|snapshot| {
+            agree::local(|| {
+                start_point(
+                    world,
+                    options,
+                    records as u64,
+                    scanned.value_bytes,
+                    database,
+                )
+            })
+            .map(|(schedule, order, step)| (schedule, order, step, snapshot))
         });
         let masters = topology.masters.as_ref();
         match index_build::publish(world, masters, &mut memory, scanned, start) {
-            Ok((index_io, (schedule, order, step))) => Ok(Opened {
+            Ok((index_io, (schedule, order, step, snapshot))) => Ok(Opened {
                 window_made,
                 file,
                 memory,
@@ -286,6 +306,7 @@ impl Engine {
                 step,
                 plan_granule,
                 round_steps,
+                snapshot,
             }),
             Err(e) => {
                 topology.window = Some(memory.into_window());

@@ -91,6 +91,10 @@ pub struct EngineOptions {
     /// round starts). A reader's reads of the next round start once its
     /// reads of the current one are done.
     pub overlap: bool,
+    /// How long a rank waits for the others before failing with an error
+    /// naming the ranks that did not arrive. `None`: `LMDBIO_TIMEOUT`
+    /// (seconds) if set, else 30 minutes (see `engine::timeout`).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for EngineOptions {
@@ -120,6 +124,7 @@ impl Default for EngineOptions {
             resume: None,
             resume_job: None,
             repartition: false,
+            timeout: None,
         }
     }
 }
@@ -208,5 +213,6 @@ pub(crate) fn check_options(o: &EngineOptions) -> Result<()> {
     if o.window_bytes == 0 {
         return bad("window_bytes must be positive");
     }
-    Ok(())
+    crate::limits::check_static(o)?;
+    crate::timeout::apply(o)
 }

@@ -6,7 +6,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::background::{read_and_publish, BackgroundRead, FinishOnDrop, InFlight, ReadFinished};
+use crate::background::{
+    read_and_publish, BackgroundRead, FinishOnDrop, InFlight, Publish, ReadFinished,
+};
 use crate::data_file::{DataFile, RunsRead, WindowRange};
 use crate::options::MACHINE_READ_STREAMS;
 use crate::round_planner::{Area, RoundPlanner};
@@ -428,6 +430,7 @@ impl Engine {
         if phases == 1 && self.options.overlap {
             let file = Arc::clone(file);
             let tally = Arc::clone(&self.tally);
+            let snapshot = self.snapshot.clone();
             let in_flight = BackgroundRead::start();
             let finished = Arc::new(ReadFinished::default());
             let before = self.previous_read.replace(Arc::clone(&finished));
@@ -437,7 +440,12 @@ impl Engine {
                 if let Some(before) = before {
                     before.wait();
                 }
-                read_and_publish(&file, &runs, &order, dest, streams, progress, &tally, bytes)
+                let publish = Publish {
+                    progress,
+                    tally: &tally,
+                    snapshot: snapshot.as_deref(),
+                };
+                read_and_publish(&file, &runs, &order, dest, streams, publish, bytes)
             };
             round.read = Some(if own || self.threaded_reads {
                 InFlight::Thread(Some(std::thread::spawn(read)))
@@ -453,16 +461,12 @@ impl Engine {
             // Collective reads take part in every phase, reading nothing
             // in the others' phases.
             let done = if mine {
-                read_and_publish(
-                    file,
-                    &runs,
-                    &order,
-                    dest,
-                    streams,
+                let publish = Publish {
                     progress,
-                    &self.tally,
-                    bytes,
-                )
+                    tally: &self.tally,
+                    snapshot: self.snapshot.as_deref(),
+                };
+                read_and_publish(file, &runs, &order, dest, streams, publish, bytes)
             } else if !own {
                 // SAFETY: an empty range.
                 let nothing = unsafe { WindowRange::new(buf, 0) };

@@ -313,6 +313,7 @@ impl Engine {
                 })
             }
             StepReads::Failed { .. } => Ok(false),
+            StepReads::TimedOut { reader } => Err(crate::timeout::reader_missing(reader)),
         }
     }
 

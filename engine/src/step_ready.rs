@@ -187,6 +187,8 @@ pub(super) enum StepReads {
     /// A reader of the node failed before reading them all: the one in
     /// the list.
     Failed { reader: usize },
+    /// The reader in the list published nothing new within the timeout.
+    TimedOut { reader: usize },
 }
 
 /// Whether progress word `w` shows `need` runs of round `tag` complete.
@@ -210,6 +212,7 @@ pub(super) fn step_is_in(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> boo
 /// publication changes the half slept on (see `word`); the sleep is still
 /// bounded, as a safety net, not a schedule.
 pub(super) fn wait_for_step(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> StepReads {
+    let started = std::time::Instant::now();
     let mut reader = 0;
     while reader < words.len() {
         let w = words[reader].load(Ordering::Acquire);
@@ -219,6 +222,10 @@ pub(super) fn wait_for_step(words: &[&AtomicU64], tag: u32, needs: &[usize]) -> 
         }
         if w >> 32 == u64::from(tag) && w & FAILED != 0 {
             return StepReads::Failed { reader };
+        }
+        if crate::mpi_raw::deadline::expired(started) {
+            crate::mpi_raw::deadline::give_up();
+            return StepReads::TimedOut { reader };
         }
         futex::wait(words[reader], w as u32, Duration::from_millis(50));
     }

@@ -108,10 +108,14 @@ impl NodeTopology {
 /// duplicate: a fresh duplicate per open was one more collective call,
 /// and each one before the first read delays every rank where ranks
 /// outnumber cores (see docs/design/agreement.md).
-pub fn take(
+///
+/// `same` is this rank's `same_inputs::Inputs`, checked in the same
+/// reduction before anything is made from the options.
+pub(crate) fn take(
     caller: &Comm,
     options: &EngineOptions,
     local: Result<()>,
+    same: &super::same_inputs::Inputs,
 ) -> Result<(NodeTopology, bool)> {
     let local = local.and_then(|()| mpi_raw::call_at_finalize(release_all));
     let candidate = {
@@ -121,8 +125,10 @@ pub fn take(
             .map(|i| kept.remove(i))
     };
     let id = candidate.as_ref().map_or(-1, |t| t.id);
-    let mut bounds = [id, -id];
-    if let Err(e) = agree(caller, local, &mut bounds) {
+    let mut bounds = vec![id, -id];
+    bounds.extend(same.words());
+    let agreed = agree(caller, local, &mut bounds).and_then(|()| same.check(caller, &bounds[2..]));
+    if let Err(e) = agreed {
         if let Some(t) = candidate {
             give_back(t);
         }
@@ -180,7 +186,13 @@ pub fn give_back(topology: NodeTopology) {
 /// after [`release_memory`] maps the memory again. Collective over `comm`.
 pub fn prepare(comm: RawComm, options: &EngineOptions) -> Result<()> {
     let caller = Comm::caller(comm)?;
-    let (mut topology, _) = take(&caller, options, crate::options::check_options(options))?;
+    let same = crate::same_inputs::Inputs::of(None, options);
+    let (mut topology, _) = take(
+        &caller,
+        options,
+        crate::options::check_options(options),
+        &same,
+    )?;
     let made = topology.ensure_window(options.window_bytes.saturating_add(INDEX_ALLOWANCE));
     if let (Ok(_), Some(window)) = (&made, &topology.window) {
         // Direct reads want the window in huge pages (see populate).

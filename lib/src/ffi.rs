@@ -184,7 +184,8 @@ pub unsafe extern "C" fn lmdbio_options_free(options: *mut lmdbio_options) {
     }
 }
 
-/// Applies `set` to the options behind `options`.
+/// Applies `set` to the options behind `options`, keeping them as they
+/// were if it fails or leaves a size no job can use (engine::limits).
 unsafe fn with_options(
     options: *mut lmdbio_options,
     set: impl FnOnce(&mut EngineOptions) -> Result<()>,
@@ -192,7 +193,11 @@ unsafe fn with_options(
     guard(|| {
         // SAFETY: forwarded from the caller.
         let o = unsafe { mut_ref(options, "options") }?;
-        set(&mut o.0)
+        let mut changed = o.0.clone();
+        set(&mut changed)?;
+        crate::engine::limits::check_static(&changed)?;
+        o.0 = changed;
+        Ok(())
     })
 }
 
@@ -237,6 +242,8 @@ option_setter!(lmdbio_options_set_read_streams, streams: usize, |o| o.read_strea
     Some(positive(streams, "read streams")?));
 option_setter!(lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
 option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
+option_setter!(lmdbio_options_set_timeout, seconds: f64, |o| o.timeout = Some(
+    crate::engine::timeout::parse_seconds(&seconds.to_string())?));
 option_setter!(lmdbio_options_set_epoch_limit, epochs: u64, |o| o.epoch_limit =
     (epochs != u64::MAX).then_some(epochs));
 

@@ -95,7 +95,7 @@ impl Comm {
             unsafe { ffi::MPI_Comm_idup(raw, &mut out, &mut request) },
             "MPI_Comm_idup",
         )?;
-        wait_politely(&mut request, "MPI_Comm_idup")?;
+        wait_politely(raw, &mut request, "MPI_Comm_idup")?;
         Comm::adopt(out)
     }
 
@@ -265,7 +265,7 @@ impl Comm {
             unsafe { ffi::MPI_Ibarrier(self.raw, &mut request) },
             "MPI_Ibarrier",
         )?;
-        wait_politely(&mut request, "MPI_Ibarrier")
+        wait_politely(self.raw, &mut request, "MPI_Ibarrier")
     }
 
     /// In-place reduction of `values` across all ranks.
@@ -297,7 +297,7 @@ impl Comm {
             },
             "MPI_Iallreduce",
         )?;
-        wait_politely(&mut request, "MPI_Iallreduce")
+        wait_politely(self.raw, &mut request, "MPI_Iallreduce")
     }
 
     /// Broadcasts `bytes` from `root`; other ranks' vectors are replaced.
@@ -365,7 +365,7 @@ impl Comm {
             },
             "MPI_Ibcast",
         )?;
-        wait_politely(&mut request, "MPI_Ibcast")
+        wait_politely(self.raw, &mut request, "MPI_Ibcast")
     }
 
     /// Every rank contributes `mine` (same length everywhere); returns all
@@ -391,7 +391,7 @@ impl Comm {
             },
             "MPI_Iallgather",
         )?;
-        wait_politely(&mut request, "MPI_Iallgather")?;
+        wait_politely(self.raw, &mut request, "MPI_Iallgather")?;
         Ok(all)
     }
 
@@ -450,11 +450,11 @@ impl Comm {
                 "MPI_Iallgatherv",
             );
             if let Err(e) = started {
-                wait_all_politely(&mut requests[..i], "MPI_Iallgatherv")?;
+                wait_all_politely(self.raw, &mut requests[..i], "MPI_Iallgatherv")?;
                 return Err(e);
             }
         }
-        wait_all_politely(&mut requests, "MPI_Iallgatherv")
+        wait_all_politely(self.raw, &mut requests, "MPI_Iallgatherv")
     }
 }
 
@@ -471,12 +471,19 @@ impl Comm {
 /// ones (a rank waiting tens of milliseconds for the slowest node) lengthen
 /// them in proportion, so they neither cost much CPU nor delay the end by
 /// more than a few percent.
-fn wait_politely(request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
-    wait_all_politely(std::slice::from_mut(request), call)
+fn wait_politely(comm: RawComm, request: &mut ffi::MPI_Request, call: &'static str) -> Result<()> {
+    wait_all_politely(comm, std::slice::from_mut(request), call)
 }
 
 /// [`wait_politely`] for several requests, done when all are.
-fn wait_all_politely(requests: &mut [ffi::MPI_Request], call: &'static str) -> Result<()> {
+///
+/// Gives up past the timeout (see [`super::deadline`]), naming the ranks of
+/// `comm` that did not arrive.
+fn wait_all_politely(
+    comm: RawComm,
+    requests: &mut [ffi::MPI_Request],
+    call: &'static str,
+) -> Result<()> {
     use std::time::{Duration, Instant};
     const FIRST_PAUSE: Duration = Duration::from_micros(20);
     const SHORT_PAUSE: Duration = Duration::from_micros(100);
@@ -501,9 +508,40 @@ fn wait_all_politely(requests: &mut [ffi::MPI_Request], call: &'static str) -> R
         if done != 0 {
             return Ok(());
         }
+        if super::deadline::answer_roll_calls(comm) {
+            super::deadline::give_up();
+        }
+        if super::deadline::expired(started) {
+            return Err(timed_out(comm, call, started));
+        }
         std::thread::sleep(pause);
         let cap = (started.elapsed() / 20).clamp(SHORT_PAUSE, LONGEST_PAUSE);
         pause = (pause * 2).min(cap);
+    }
+}
+
+/// The error of a wait given up: which ranks of `comm` never arrived.
+fn timed_out(comm: RawComm, call: &'static str, started: std::time::Instant) -> Error {
+    let missing = super::deadline::missing_ranks(comm);
+    let waited = started.elapsed().as_secs_f64();
+    let who = if missing.is_empty() {
+        "every rank answered, yet the call did not complete (another rank gave up first)"
+            .to_string()
+    } else {
+        let list: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+        format!(
+            "rank{} {} did not arrive",
+            if missing.len() > 1 { "s" } else { "" },
+            list.join(", ")
+        )
+    };
+    Error::Mpi {
+        call,
+        code: 0,
+        message: format!(
+            "timed out after {waited:.1} s (LMDBIO_TIMEOUT / the timeout option is {} s): {who}",
+            super::deadline::timeout().as_secs_f64()
+        ),
     }
 }
 

@@ -7,6 +7,7 @@
 //! Nothing above this module touches `mpi::ffi`.
 
 mod comm;
+pub mod deadline;
 mod file;
 mod window;
 

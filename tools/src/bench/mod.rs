@@ -72,9 +72,16 @@ pub struct Args {
     /// Method to run (repeatable; run one after another on the same data).
     #[arg(long = "method", value_enum)]
     methods: Vec<Method>,
-    /// Drop the data file from the page cache before each method.
+    /// Drop the data file from the page cache before each method
+    /// (`posix_fadvise(DONTNEED)` on that file only, on every node).
     #[arg(long)]
     cold: bool,
+    /// With --cold, also empty the whole machine's page cache
+    /// (`/proc/sys/vm/drop_caches`, root only): every other user's cached
+    /// files go too, so only on a machine of one's own. Needed where the
+    /// per-file drop does not reach a server's cache (GlusterFS bricks).
+    #[arg(long, requires = "cold")]
+    drop_all_caches: bool,
     /// Lines on stderr (rank 0): every few seconds during a method, and as
     /// each method finishes.
     #[arg(long)]
@@ -143,6 +150,11 @@ pub struct Args {
     /// previous one.
     #[arg(long)]
     no_overlap: bool,
+    /// Seconds a rank waits for the others before failing with an error
+    /// naming the ranks that did not arrive (default: $LMDBIO_TIMEOUT,
+    /// else 1800).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<String>,
     /// Leave lmdbio's set-up to the runs: the node communicators and the
     /// shared window to the first open, and mapping the window's memory to
     /// every lmdbio run that follows another method's (whose run gives the
@@ -233,6 +245,22 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
     let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
         return Err(CommandError::Usage("MPI was already initialised".into()));
     };
+    let result = run_in(args, &universe);
+    if let Err(e) = &result {
+        if lmdbio::mpi_raw::deadline::gave_up() {
+            // A rank did not arrive: MPI_Finalize (the universe's drop)
+            // would wait for it for ever. Report and leave; the launcher
+            // ends the job.
+            let line = format!("lmdbio: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            std::process::exit(1);
+        }
+    }
+    drop(universe);
+    result
+}
+
+fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), CommandError> {
     let world = universe.world();
     let methods = if args.methods.is_empty() {
         vec![Method::Lmdbio]
@@ -284,7 +312,7 @@ pub fn run(args: &Args) -> Result<(), CommandError> {
             Some(prepare()?)
         };
         let cache = if args.cold {
-            Some(sys::drop_cache(&args.db, &ctx)?)
+            Some(sys::drop_cache(&args.db, &ctx, args.drop_all_caches)?)
         } else {
             None
         };
@@ -423,6 +451,11 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         resume: None,
         resume_job: None,
         repartition: false,
+        timeout: args
+            .timeout
+            .as_deref()
+            .map(lmdbio::engine::timeout::parse_seconds)
+            .transpose()?,
     })
 }
 

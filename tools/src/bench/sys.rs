@@ -77,19 +77,21 @@ fn peak_rss_since_reset() -> Option<u64> {
 }
 
 /// Drops the data file from the page cache: `posix_fadvise(DONTNEED)` on
-/// every node, and `/proc/sys/vm/drop_caches` when permitted. Collective;
-/// returns what was used.
-pub fn drop_cache(db: &Path, ctx: &Context) -> Result<String, CommandError> {
+/// every node, and, only if `drop_all` asks for it, the whole machine's
+/// cache through `/proc/sys/vm/drop_caches` when permitted: on a node
+/// others share, that empties their caches too. Collective; returns what
+/// was used.
+pub fn drop_cache(db: &Path, ctx: &Context, drop_all: bool) -> Result<String, CommandError> {
     let data = lmdbio::data_file_path(db)?;
     let mut used = String::from("posix_fadvise(DONTNEED)");
     if ctx.is_node_leader() {
-        let file = std::fs::File::open(&data)?;
+        let file = lmdbio::source::open_regular(&data, 0)?;
         // Both best effort, as the drop below: only clean pages can go.
         let _ = file.sync_data();
         let _ = lmdbio::page_cache::forget(&file, 0, 0);
     }
     let mut dropped = 0i32;
-    if ctx.world.rank() == 0 {
+    if ctx.world.rank() == 0 && drop_all {
         // SAFETY: sync has no arguments and cannot fail.
         unsafe { libc::sync() };
         if std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok() {

@@ -64,6 +64,9 @@ pub fn scan(root: &Path) -> Result<FolderList, ConvertError> {
 
 fn collect_images(dir: &Path, rel: &str, out: &mut Vec<String>) -> Result<(), ConvertError> {
     for dirent in std::fs::read_dir(dir).map_err(|e| ConvertError::input(dir, e))? {
+        if super::interrupt::requested() {
+            return Err(ConvertError::Interrupted);
+        }
         let dirent = dirent.map_err(|e| ConvertError::input(dir, e))?;
         let name = utf8_name(dir, &dirent.file_name())?;
         if name.starts_with('.') {

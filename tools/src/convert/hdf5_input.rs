@@ -27,6 +27,8 @@ impl Hdf5Source {
     pub fn open(path: &Path) -> Result<Hdf5Source, ConvertError> {
         let shown = path.display().to_string();
         let err = |what: String| ConvertError::Input(format!("{shown}: {what}"));
+        // HDF5 opens by name; a FIFO or device must be refused before.
+        super::guard::open_input(path).map_err(|e| err(format!("opening HDF5: {e}")))?;
         let file = hdf5::File::open(path).map_err(|e| err(format!("opening HDF5: {e}")))?;
         let data = file
             .dataset("data")

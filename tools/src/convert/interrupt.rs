@@ -1,12 +1,18 @@
-//! Ctrl-C and SIGTERM stop the conversion between two records, so the
-//! partial database is removed instead of left behind.
+//! Ctrl-C and SIGTERM stop the conversion between two records or within
+//! a wait for one, so the partial database is removed instead of left
+//! behind.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
-    REQUESTED.store(true, Ordering::SeqCst);
+    // A second signal means the first was not heard in time: leave at
+    // once; the partial left behind is removed as stale by the next run.
+    if REQUESTED.swap(true, Ordering::SeqCst) {
+        // SAFETY: _exit is async-signal-safe and takes no pointers.
+        unsafe { libc::_exit(130) };
+    }
 }
 
 pub fn install() {

@@ -10,7 +10,7 @@ use super::entries::Entry;
 use super::ConvertError;
 
 pub fn read(path: &Path) -> Result<Vec<Entry>, ConvertError> {
-    let text = std::fs::read(path).map_err(|e| ConvertError::input(path, e))?;
+    let text = super::guard::read_input(path).map_err(|e| ConvertError::input(path, e))?;
     let text = String::from_utf8(text).map_err(|e| {
         ConvertError::Input(format!(
             "{}: not UTF-8 text (byte {})",
@@ -48,13 +48,19 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, (usize, String)> {
         let Some((rel_path, label)) = raw.rsplit_once(' ') else {
             return Err((
                 line,
-                format!("no label: expected `PATH LABEL`, got {raw:?}"),
+                format!(
+                    "no label: expected `PATH LABEL`, got {:?}",
+                    super::guard::clip(raw)
+                ),
             ));
         };
         let label = label.parse::<i32>().map_err(|_| {
             (
                 line,
-                format!("bad label {label:?}: expected an integer after the last space"),
+                format!(
+                    "bad label {:?}: expected an integer after the last space",
+                    super::guard::clip(label)
+                ),
             )
         })?;
         entries.push(Entry {

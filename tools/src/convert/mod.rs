@@ -12,6 +12,7 @@ mod datum;
 mod decode;
 mod entries;
 mod folders;
+mod guard;
 mod hdf5_input;
 mod interrupt;
 mod list;
@@ -67,6 +68,12 @@ pub fn run(args: &Args) -> Result<(), ConvertError> {
             "--commit-every must be at least 1".into(),
         ));
     }
+    let inputs: Vec<(&str, &Path)> = match &source {
+        Source::Hdf5 { file } => vec![("the HDF5 file", file)],
+        Source::List { root, list } => vec![("ROOT", root), ("the list file", list)],
+        Source::Folders { root } => vec![("ROOT", root)],
+    };
+    guard::check_out_apart(&out, &inputs)?;
     interrupt::install();
     allocator::keep_buffers_in_heap();
     match source {
@@ -129,7 +136,7 @@ fn convert_images(
                         Some((size, first)) if *size != record.pixel_count => {
                             return Err(ConvertError::Image {
                                 line: entry.line + 1,
-                                path: entry.rel_path.clone(),
+                                path: guard::clip(&entry.rel_path),
                                 reason: format!(
                                     "--check-size: {} pixel values, but {first} has {size}",
                                     record.pixel_count
@@ -144,10 +151,12 @@ fn convert_images(
             Err(reason) => {
                 let failure = ConvertError::Image {
                     line: entry.line + 1,
-                    path: root
-                        .join(entry.rel_path.trim_start_matches('/'))
-                        .display()
-                        .to_string(),
+                    path: guard::clip(
+                        &root
+                            .join(entry.rel_path.trim_start_matches('/'))
+                            .display()
+                            .to_string(),
+                    ),
                     reason,
                 };
                 if args.strict {
@@ -160,9 +169,10 @@ fn convert_images(
         progress.advance();
         Ok(())
     };
-    pipeline::run(root, &entries, &opts, args.threads(), &mut sink)?;
-    writer.commit()?;
-    writer::sync(&env)?;
+    let full = |e| writer::explain_full(staging.dir(), e);
+    pipeline::run(root, &entries, &opts, args.threads(), &mut sink).map_err(full)?;
+    writer.commit().map_err(full)?;
+    writer::sync(&env).map_err(full)?;
     let written = writer.written;
     progress.finish();
     let rate = progress.rate();
@@ -223,16 +233,18 @@ fn convert_hdf5(args: &Args, file: &Path, out: &Path) -> Result<(), ConvertError
     let env = writer::open_env(staging.dir())?;
     let mut writer = LmdbWriter::new(&env, args.commit_every)?;
     let mut progress = Progress::new(source.len(), args.quiet);
-    source.for_each_record(|key, value| {
+    let written = source.for_each_record(|key, value| {
         if interrupt::requested() {
             return Err(ConvertError::Interrupted);
         }
         writer.put(key, value)?;
         progress.advance();
         Ok(())
-    })?;
-    writer.commit()?;
-    writer::sync(&env)?;
+    });
+    let full = |e| writer::explain_full(staging.dir(), e);
+    written.map_err(full)?;
+    writer.commit().map_err(full)?;
+    writer::sync(&env).map_err(full)?;
     let written = writer.written;
     progress.finish();
     drop(writer);

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
-use crossbeam_channel::{bounded, unbounded};
+use crossbeam_channel::{bounded, unbounded, RecvTimeoutError};
 
 use super::entries::Entry;
 use super::record::{self, Record, RecordOptions};
@@ -16,6 +16,9 @@ use super::ConvertError;
 
 /// Reader threads: enough to keep a few reads in flight on cold storage.
 const READERS: usize = 2;
+
+/// How often a wait for the next record looks for a signal.
+const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What the ordered consumer does with each entry's result.
 pub type Sink<'a> = dyn FnMut(&Entry, Result<Record, String>) -> Result<(), ConvertError> + 'a;
@@ -41,7 +44,8 @@ pub fn run(
                     // leading '/' still means "under ROOT".
                     let rel = entries[i].rel_path.trim_start_matches('/');
                     let path = root.join(rel);
-                    let bytes = std::fs::read(&path).map_err(|e| format!("reading: {e}"));
+                    let bytes =
+                        super::guard::read_input(&path).map_err(|e| format!("reading: {e}"));
                     if file_tx.send((i, bytes)).is_err() {
                         break;
                     }
@@ -80,9 +84,17 @@ pub fn run(
         let result = (|| {
             while next < entries.len() {
                 let Some(result) = pending.remove(&next) else {
-                    let (i, result) = done_rx
-                        .recv()
-                        .map_err(|_| ConvertError::Output("a decoder thread died".into()))?;
+                    // A slow read or decode must not outlast a signal.
+                    let (i, result) = match done_rx.recv_timeout(INTERRUPT_POLL) {
+                        Ok(got) => got,
+                        Err(RecvTimeoutError::Timeout) if super::interrupt::requested() => {
+                            return Err(ConvertError::Interrupted)
+                        }
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            return Err(ConvertError::Output("a decoder thread died".into()))
+                        }
+                    };
                     pending.insert(i, result);
                     continue;
                 };

@@ -91,3 +91,35 @@ impl<'env> LmdbWriter<'env> {
 fn lmdb_error(e: lmdb::Error) -> ConvertError {
     ConvertError::Output(format!("writing LMDB: {e}"))
 }
+
+/// Below this many free bytes a failed write is taken as a full disk.
+const NEARLY_FULL: u64 = 1 << 20;
+
+/// Names a full file system as such: liblmdb reports a short write as
+/// `EIO` ("Input/output error"), which is what a full disk gives it.
+pub fn explain_full(dir: &Path, e: ConvertError) -> ConvertError {
+    match (e, free_bytes(dir)) {
+        (ConvertError::Output(text), Some(free)) if free < NEARLY_FULL => {
+            ConvertError::Output(format!(
+                "{text}: no space left on device ({free} bytes free under {})",
+                dir.display()
+            ))
+        }
+        (e, _) => e,
+    }
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is NUL-terminated and `st` is writable memory of the
+    // size statvfs fills; it is read only after a successful call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
