@@ -75,6 +75,7 @@ fn open(path: PathBuf, rank: usize, ranks: usize, o: &PyOptions) -> Result<(Open
         entries: records,
         txnid: db.meta().mm_txnid,
         page_size: db.page_size(),
+        digest: db.identity_digest(&tree),
     };
     let base = Schedule::new(
         records,
