@@ -497,6 +497,11 @@ fn library_dir() -> PathBuf {
         .status()
         .expect("run cargo build for the cdylib");
     assert!(status.success(), "building liblmdbio.so failed");
+    // Programs link the soname (as tests/c_abi.rs does).
+    let soname = dir.join("liblmdbio.so.0");
+    if std::fs::symlink_metadata(&soname).is_err() {
+        let _ = std::os::unix::fs::symlink("liblmdbio.so", &soname);
+    }
     dir
 }
 
