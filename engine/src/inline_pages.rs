@@ -113,18 +113,27 @@ pub(crate) fn fit_values(data_len: usize, need: usize, have: usize, kept: KeptSp
 /// costs an agreement and a plan.
 pub const ROUND_VALUE_BYTES: u64 = 16 << 20;
 
-/// Steps per round: `prefetch`, or more where that many steps of every
-/// rank on the node hold less than [`ROUND_VALUE_BYTES`] of values of the
-/// average size (counted as at least [`SMALLEST_RECORD`] bytes, which
-/// bounds the records a round plans).
+/// Steps per round: `prefetch`, or more where values are small enough to
+/// sit in leaf pages (the average at most half a page) and pages are kept
+/// (`inline_pages_bytes` > 0), and that many steps of every rank on the
+/// node hold less than [`ROUND_VALUE_BYTES`] of values of the average size
+/// (counted as at least [`SMALLEST_RECORD`] bytes, which bounds the
+/// records a round plans). Overflow values keep `prefetch` as asked: their
+/// rounds are real reads, and `prefetch` bounds how far a job reads ahead.
+/// Every input is the same on every rank, so every rank plans the same
+/// rounds.
 pub(crate) fn round_steps(
     prefetch: usize,
     batch: usize,
     node_ranks: usize,
-    records: u64,
-    value_bytes: u64,
+    (records, value_bytes): (u64, u64),
+    (page_size, inline_pages_bytes): (u32, u64),
 ) -> usize {
-    let per_step = (value_bytes / records.max(1))
+    let average = value_bytes / records.max(1);
+    if inline_pages_bytes == 0 || average > u64::from(page_size) / 2 {
+        return prefetch;
+    }
+    let per_step = average
         .max(SMALLEST_RECORD)
         .saturating_mul(batch as u64)
         .saturating_mul(node_ranks as u64);
@@ -142,11 +151,16 @@ mod tests {
     #[test]
     fn rounds_of_small_records_take_more_steps_and_large_ones_prefetch() {
         // 100-byte values, batch 64, one rank: 16 MiB in 2622 steps.
-        assert_eq!(round_steps(16, 64, 1, 1000, 100_000), 2622);
-        // 100 kB values: 16 steps already hold 100 MB.
-        assert_eq!(round_steps(16, 64, 1, 10, 1_000_000), 16);
+        let kept = (4096, 1 << 30);
+        assert_eq!(round_steps(16, 64, 1, (1000, 100_000), kept), 2622);
+        // Pages not kept: the rounds are reads, prefetch bounds them.
+        assert_eq!(round_steps(16, 64, 1, (1000, 100_000), (4096, 0)), 16);
+        // 3000-byte values live in overflow pages: prefetch as asked.
+        assert_eq!(round_steps(2, 4, 4, (400, 1_200_000), kept), 2);
+        // 100 kB values: prefetch.
+        assert_eq!(round_steps(16, 64, 1, (10, 1_000_000), kept), 16);
         // An empty database or zero-length values stay bounded.
-        assert_eq!(round_steps(16, 64, 2, 0, 0), 8192);
+        assert_eq!(round_steps(16, 64, 2, (0, 0), kept), 8192);
     }
 
     #[test]

@@ -239,8 +239,8 @@ impl Engine {
             options.prefetch,
             options.batch,
             topology.node.size(),
-            records as u64,
-            scanned.value_bytes,
+            (records as u64, scanned.value_bytes),
+            (scanned.page_size, options.inline_pages_bytes),
         );
         let data_len = window_size(options, topology.node.size(), widest, round_steps);
         let words = progress_words(topology.node.size());
