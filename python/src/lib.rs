@@ -1,7 +1,7 @@
 //! The native module of the `lmdbio` Python package (`lmdbio._lmdbio`): the
-//! engine on a thread of its own ([`worker`]), zero-copy batches
-//! ([`batch`]), Caffe `Datum` decoding ([`datum`], [`decode`]), the engine's
-//! errors as Python exceptions ([`errors`]). The Python layer
+//! engine on a thread of its own (`worker`), zero-copy batches
+//! (`batch`), Caffe `Datum` decoding (`datum`, `decode`), the engine's
+//! errors as Python exceptions (`errors`). The Python layer
 //! (`python/lmdbio/`) turns these into `lmdbio.Reader`, `lmdbio.caffe` and
 //! `lmdbio.torch`.
 
