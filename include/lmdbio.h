@@ -162,6 +162,10 @@ int lmdbio_options_set_window_bytes(lmdbio_options *options, size_t bytes);
 /* Steps read ahead per round, at most (default 16; fewer when
  * half the window cannot hold them). */
 int lmdbio_options_set_prefetch(lmdbio_options *options, size_t steps);
+/* Bytes of node-shared memory for the leaf pages the index scan read that
+ * hold inline values (default 1 GiB, at most half the window): those values
+ * are served from memory, never read again. 0: every value is read. */
+int lmdbio_options_set_inline_pages(lmdbio_options *options, uint64_t bytes);
 /* Runs of reads grow to target_bytes (default 4 MiB), bridging holes of up to
  * max_gap_bytes (default 64 KiB); independent reads issue one request per
  * run, collective reads take adjacent runs in one request. */

@@ -529,7 +529,12 @@ fn ranks_read_disjoint_shares_that_cover_the_database() {
         match reads {
             Reads::Own => {}
             Reads::Collective => env.push(("LMDBIO_CAFFE_COLLECTIVE", "1")),
-            Reads::Direct => env.push(("LMDBIO_CAFFE_DIRECT_IO", "always")),
+            // Without kept leaf pages, so that the inline values are
+            // read (directly) rather than served from the scan's pages.
+            Reads::Direct => env.extend([
+                ("LMDBIO_CAFFE_DIRECT_IO", "always"),
+                ("LMDBIO_CAFFE_INLINE_PAGES", "0"),
+            ]),
         }
         let out = train_mpi(&plugin, ranks, &solver, &env);
         let log = assert_trained(&out, &format!("{mode:?} on {ranks} ranks"));

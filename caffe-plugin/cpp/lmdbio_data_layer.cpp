@@ -184,6 +184,13 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
     CHECK_NE(mode, -1) << "LMDBIO_CAFFE_DIRECT_IO must be auto, always or never, got \"" << when << "\"";
     CHECK_EQ(lmdbio_options_set_direct_io(options, mode), LMDBIO_OK) << lmdbio_last_error();
   }
+  const char* inline_pages = std::getenv("LMDBIO_CAFFE_INLINE_PAGES");
+  if (inline_pages != nullptr && *inline_pages != '\0') {
+    char* end = nullptr;
+    const unsigned long long bytes = std::strtoull(inline_pages, &end, 10);
+    CHECK(*end == '\0') << "LMDBIO_CAFFE_INLINE_PAGES must be a byte count, got \"" << inline_pages << "\"";
+    CHECK_EQ(lmdbio_options_set_inline_pages(options, bytes), LMDBIO_OK) << lmdbio_last_error();
+  }
   // Collective: every rank constructs its nets' layers in the same order.
   const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
   lmdbio_options_free(options);

@@ -78,6 +78,7 @@ impl Inputs {
             ("the step limit", shown(&o.step_limit)),
             ("the epoch limit", shown(&o.epoch_limit)),
             ("overlap", shown(&o.overlap)),
+            ("the kept leaf pages", shown(&o.inline_pages_bytes)),
         ];
         fields.extend(super::timeout::agreed_field(o));
         let mut fields: Vec<(&'static str, i64, String)> = fields

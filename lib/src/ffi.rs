@@ -235,6 +235,7 @@ option_setter!(lmdbio_options_set_readers_per_node, n: usize, |o| o.readers_per_
 option_setter!(lmdbio_options_set_window_bytes, bytes: usize, |o| o.window_bytes =
     positive(bytes, "window size")?);
 option_setter!(lmdbio_options_set_prefetch, steps: usize, |o| o.prefetch = positive(steps, "prefetch")?);
+option_setter!(lmdbio_options_set_inline_pages, bytes: u64, |o| o.inline_pages_bytes = bytes);
 option_setter!(lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger =
     (readers_at_once > 0).then_some(readers_at_once));
 option_setter!(lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
