@@ -19,15 +19,23 @@ use crate::order::Shuffle;
 use crate::resume::{PositionRun, Remainder};
 use crate::schedule::{Partition, Tail};
 
+/// The first 8 bytes of an encoded rank cursor.
 pub const CURSOR_MAGIC: [u8; 8] = *b"LMDBIOC\0";
+/// The encoding's version, after the magic; bumped on any layout change.
 pub const CURSOR_VERSION: u32 = 2;
+/// Length in bytes of an encoded rank cursor (`LMDBIO_CURSOR_BYTES` in
+/// `include/lmdbio.h`).
 pub const CURSOR_BYTES: usize = 112;
 
-/// The database a cursor belongs to.
+/// The database a cursor belongs to: cheap to compare, and changed by any
+/// write to the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatabaseIdentity {
+    /// Records in the database read (its `md_entries`).
     pub entries: u64,
+    /// The current meta page's `mm_txnid`: the last write transaction.
     pub txnid: u64,
+    /// The file's page size in bytes.
     pub page_size: u32,
     /// [`crate::Database::identity_digest`]: the current meta page and its trees, the
     /// tree read and the file's length, so that another database with the
@@ -35,19 +43,29 @@ pub struct DatabaseIdentity {
     pub digest: u64,
 }
 
+/// One rank's position in a job: its next step, and everything that
+/// decides which records that step holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
+    /// The rank this cursor belongs to.
     pub rank: u32,
+    /// The job's rank count.
     pub ranks: u32,
+    /// How the epoch is divided among the ranks.
     pub partition: Partition,
+    /// What happens at the end of a rank's share of an epoch.
     pub tail: Tail,
+    /// Records per batch.
     pub batch: u64,
+    /// The per-epoch shuffle, or `None` for key order.
     pub shuffle: Option<Shuffle>,
     /// The rank's next step (batches delivered so far).
     pub step: u64,
-    /// Epoch and position (in that epoch's order) of the next record.
+    /// Epoch (from 0) of the next record.
     pub epoch: u64,
+    /// Position of the next record in that epoch's order (from 0).
     pub position: u64,
+    /// The database the cursor was taken on.
     pub database: DatabaseIdentity,
     /// The job was itself resumed from a job cursor with re-partitioning
     /// (its schedule starts with a remainder): `step` counts from that
@@ -99,6 +117,9 @@ impl Cursor {
         b
     }
 
+    /// Reads an encoding made by [`Cursor::encode`]; an `InvalidArgument`
+    /// error for anything else (wrong magic, version or length, bad
+    /// field values).
     pub fn decode(b: &[u8]) -> Result<Cursor> {
         let bad = |why: &str| Error::InvalidArgument(format!("not an lmdbio cursor: {why}"));
         if b.len() < 12 || b[..8] != CURSOR_MAGIC {
@@ -179,7 +200,9 @@ impl Cursor {
     }
 }
 
+/// The first 8 bytes of an encoded [`JobCursor`].
 pub const JOB_CURSOR_MAGIC: [u8; 8] = *b"LMDBIOJ\0";
+/// The job cursor encoding's version, after the magic.
 pub const JOB_CURSOR_VERSION: u32 = 1;
 const JOB_HEADER_BYTES: usize = 32;
 const RUN_BYTES: usize = 24;
@@ -197,7 +220,10 @@ const RUN_BYTES: usize = 24;
 /// existed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCursor {
+    /// The records the job started with before its own schedule (empty
+    /// unless it was resumed with re-partitioning).
     pub remainder: Remainder,
+    /// Every rank's cursor, in rank order.
     pub cursors: Vec<Cursor>,
 }
 
@@ -209,6 +235,7 @@ impl JobCursor {
         Ok(job)
     }
 
+    /// The job's rank count.
     pub fn ranks(&self) -> usize {
         self.cursors.len()
     }
@@ -219,6 +246,7 @@ impl JobCursor {
         JOB_HEADER_BYTES + runs * RUN_BYTES + ranks * CURSOR_BYTES
     }
 
+    /// The stable little-endian encoding described above.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::encoded_len(
             self.cursors.len(),
@@ -240,6 +268,8 @@ impl JobCursor {
         b
     }
 
+    /// Reads a job cursor encoding, or the older bare concatenation of rank
+    /// cursors; checks that the cursors form one complete job.
     pub fn decode(b: &[u8]) -> Result<JobCursor> {
         let bad = |why: String| Error::InvalidArgument(format!("not an lmdbio job cursor: {why}"));
         if b.len() >= 8 && b[..8] == CURSOR_MAGIC {

@@ -22,12 +22,15 @@ pub struct Database<R: ReadAt = FileSource> {
 pub struct Tree {
     /// `None` for MAIN.
     pub name: Option<String>,
+    /// The tree's descriptor: from the current meta page for MAIN, from
+    /// its node in MAIN for a named database.
     pub db: MdbDb,
     /// Pages of MAIN read to find a named database (0 for MAIN).
     pub lookup_pages: u64,
 }
 
 impl Tree {
+    /// How the tree's keys are ordered (from `md_flags`).
     pub fn key_order(&self) -> KeyOrder {
         KeyOrder::for_flags(self.db.md_flags)
     }
@@ -80,6 +83,8 @@ impl Database<FileSource> {
 }
 
 impl<R: ReadAt> Database<R> {
+    /// Opens the database held by `source`: reads and checks both meta
+    /// pages and keeps the current one.
     pub fn from_source(source: R) -> Result<Database<R>> {
         let meta = pick_meta(&source)?;
         let psize = meta.page_size() as u64;
@@ -91,10 +96,12 @@ impl<R: ReadAt> Database<R> {
         })
     }
 
+    /// The source the database reads from.
     pub fn source(&self) -> &R {
         &self.source
     }
 
+    /// The data file's path (or a [`MemSource`](crate::MemSource)'s name).
     pub fn path(&self) -> &Path {
         self.source.path()
     }
@@ -109,10 +116,13 @@ impl<R: ReadAt> Database<R> {
         &self.meta
     }
 
+    /// The page size in bytes (the meta page's `mm_psize`).
     pub fn page_size(&self) -> u32 {
         self.meta.page_size()
     }
 
+    /// Pages that may be referenced: `min(mm_last_pg + 1, whole pages in
+    /// the file)`; a page number at or past it is corrupt or truncated.
     pub fn page_limit(&self) -> u64 {
         self.page_limit
     }

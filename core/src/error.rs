@@ -5,20 +5,33 @@
 
 use std::path::PathBuf;
 
+/// `Result` with lmdbio's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Everything that can go wrong in lmdbio. [`Error::kind`] gives the
+/// stable [`ErrorKind`] (the C status code); `Display` gives the message.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The path names nothing we can open.
     #[error("{path}: {reason}")]
-    NotFound { path: PathBuf, reason: String },
+    NotFound {
+        /// The path as given (or the data file derived from it).
+        path: PathBuf,
+        /// Why it cannot be opened (the OS message, or "is a directory
+        /// without data.mdb", ...).
+        reason: String,
+    },
 
     /// An operating-system read failed (not a short read: see `Truncated`).
     #[error("{path}: read of {len} bytes at offset {offset} failed: {source}")]
     Io {
+        /// The file being read.
         path: PathBuf,
+        /// Byte offset of the failed read in the file.
         offset: u64,
+        /// Bytes asked for.
         len: usize,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -26,38 +39,59 @@ pub enum Error {
     /// The file ends before a page or value the database refers to.
     #[error("{path}: truncated: {what} needs bytes up to offset {needed_end} but the file has {file_len} bytes")]
     Truncated {
+        /// The file being read.
         path: PathBuf,
+        /// What lies past the end (e.g. "a read of 4096 bytes at offset
+        /// 8192").
         what: String,
+        /// The byte offset (exclusive) the read needs the file to reach.
         needed_end: u64,
+        /// The file's length in bytes.
         file_len: u64,
     },
 
     /// The file is not an LMDB data file at all (bad magic, no meta page).
     #[error("{path}: not an LMDB data file: {reason}")]
-    NotLmdb { path: PathBuf, reason: String },
+    NotLmdb {
+        /// The file opened.
+        path: PathBuf,
+        /// What gave it away (the magic found, the version, ...).
+        reason: String,
+    },
 
     /// The file is LMDB but its structure is damaged.
     #[error("{path}: corrupt database at page {pgno} (file offset {offset}): {reason}")]
     Corrupt {
+        /// The file being read.
         path: PathBuf,
+        /// The damaged page's number.
         pgno: u64,
+        /// The damaged page's byte offset in the file (`pgno * page size`).
         offset: u64,
+        /// What is wrong with it, in the format's own terms.
         reason: String,
     },
 
     /// A valid LMDB feature lmdbio deliberately does not read.
     #[error("{path}: unsupported LMDB feature: {feature}{}", detail_suffix(.detail))]
     Unsupported {
+        /// The file being read.
         path: PathBuf,
+        /// The feature, by its liblmdb name (`MDB_DUPSORT`, ...).
         feature: &'static str,
+        /// Where it was found (database name, page), or empty.
         detail: String,
     },
 
     /// `-s NAME` names no sub-database.
     #[error("{path}: no named database {name:?}{}", detail_suffix(.detail))]
     NoSuchDatabase {
+        /// The file opened.
         path: PathBuf,
+        /// The database name asked for.
         name: String,
+        /// Why the name is not a database (e.g. MAIN holds it as a plain
+        /// record); empty when MAIN has no such key.
         detail: String,
     },
 
@@ -74,8 +108,11 @@ pub enum Error {
     /// An MPI call returned an error.
     #[error("{call} failed: {message} (code {code})")]
     Mpi {
+        /// The MPI function, e.g. `"MPI_File_read_at"`.
         call: &'static str,
+        /// Its return code (MPI implementation-specific).
         code: i32,
+        /// `MPI_Error_string` of the code.
         message: String,
     },
 
@@ -88,8 +125,11 @@ pub enum Error {
     /// this so none waits forever.
     #[error("rank {rank} failed: {message}")]
     OnRank {
+        /// The failing rank in the engine's communicator.
         rank: usize,
+        /// The kind of that rank's error; [`Error::kind`] returns it.
         kind: ErrorKind,
+        /// That rank's error message.
         message: String,
     },
 }

@@ -123,14 +123,17 @@ impl StagingBuffer {
         huge.then_some(buffer)
     }
 
+    /// The buffer's length in bytes (a multiple of the huge page size).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// The buffer has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The whole buffer, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: [at, at + len) is mapped readable and writable for the
         // buffer's life, and `&mut self` makes this the only view.

@@ -5,12 +5,19 @@
 use crate::index::RecordIndex;
 use crate::plan::{CoalesceOptions, ReadPlan};
 
+/// How a database's file is laid out for reading (what `lmdbio info`
+/// prints).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Layout {
+    /// The file's length in bytes.
     pub file_bytes: u64,
+    /// Bytes of the tree's branch and leaf pages.
     pub tree_page_bytes: u64,
+    /// Bytes of all values (without overflow page headers).
     pub value_bytes: u64,
+    /// Records whose value lies inline in its leaf page.
     pub inline_values: u64,
+    /// Records whose value lies in an overflow run.
     pub overflow_values: u64,
     /// Of the consecutive pairs (in key order) of overflow values, the
     /// fraction whose second run starts at or just after (within one page)
@@ -21,10 +28,13 @@ pub struct Layout {
     /// Requests and bytes to read every value once in key order with the
     /// default coalescing.
     pub full_pass_requests: u64,
+    /// Bytes those requests read (values plus the gaps coalescing reads
+    /// through).
     pub full_pass_bytes: u64,
 }
 
 impl Layout {
+    /// The layout of `index`'s tree in a file of `file_bytes` bytes.
     pub fn of(index: &RecordIndex, file_bytes: u64) -> Layout {
         let psize = index.page_size as u64;
         let mut layout = Layout {

@@ -53,6 +53,9 @@
 //! # Ok(()) }
 //! ```
 
+// Every public item says what it is: users read these docs, not the code.
+#![deny(missing_docs)]
+
 pub mod cursor;
 pub mod database;
 pub mod error;

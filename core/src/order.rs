@@ -15,6 +15,7 @@ use std::cell::RefCell;
 /// Shuffle parameters; part of a cursor, so a restored job reproduces them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shuffle {
+    /// The seed every rank derives each epoch's permutation from.
     pub seed: u64,
     /// Records per chunk (at least 1).
     pub chunk: u64,
@@ -52,6 +53,8 @@ struct Cache {
 const CACHED_WINDOWS: usize = 8;
 
 impl EpochOrder {
+    /// The order of epochs of `records` records: key order without a
+    /// shuffle; chunk and window sizes of 0 are taken as 1.
     pub fn new(records: u64, shuffle: Option<Shuffle>) -> EpochOrder {
         let shuffle = shuffle.map(|s| Shuffle {
             chunk: s.chunk.max(1),
@@ -65,6 +68,7 @@ impl EpochOrder {
         }
     }
 
+    /// The shuffle in use (sizes as adjusted by [`EpochOrder::new`]).
     pub fn shuffle(&self) -> Option<Shuffle> {
         self.shuffle
     }

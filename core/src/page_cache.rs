@@ -22,7 +22,10 @@ use std::io;
 /// memory addresses, multiples of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirectAlignment {
+    /// Alignment in bytes of file offsets and lengths (`statx`'s
+    /// `stx_dio_offset_align`).
     pub offset: u64,
+    /// Alignment in bytes of buffer addresses (`stx_dio_mem_align`).
     pub memory: u64,
 }
 

@@ -15,6 +15,7 @@
 
 use crate::index::RecordEntry;
 
+/// How close together value spans must lie to be read in one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoalesceOptions {
     /// Bytes at which a run stops taking neighbours: runs are at least
@@ -40,18 +41,26 @@ impl Default for CoalesceOptions {
 /// buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadRun {
+    /// Byte offset in the file where the request starts.
     pub file_offset: u64,
+    /// Bytes to read.
     pub len: u64,
+    /// Byte offset in the buffer where they land.
     pub buf_offset: u64,
 }
 
 /// Where a requested record's span lands in the round's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
+    /// Byte offset of the span in the buffer.
     pub buf_offset: u64,
+    /// The span's length in bytes ([`RecordEntry::span`]: with the
+    /// overflow page header, if any).
     pub len: u64,
 }
 
+/// The file requests that read a set of records' values, and where each
+/// value lands in one buffer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadPlan {
     /// Sorted by file offset, non-overlapping, packed back to back in the

@@ -39,8 +39,11 @@ use crate::schedule::{contiguous_block, Schedule, Slot, Tail};
 /// Consecutive positions `start..start + len` of epoch `epoch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PositionRun {
+    /// The epoch the positions belong to.
     pub epoch: u64,
+    /// First position of the run in that epoch's order.
     pub start: u64,
+    /// Number of positions (at least 1 in a [`Remainder`]).
     pub len: u64,
 }
 
@@ -48,7 +51,10 @@ pub struct PositionRun {
 /// (epoch, position) order, and the epoch normal epochs continue with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Remainder {
+    /// Undelivered positions, in (epoch, position) order, adjacent runs
+    /// merged.
     pub runs: Vec<PositionRun>,
+    /// The first epoch the resumed job reads in full after the runs.
     pub next_epoch: u64,
 }
 
@@ -58,6 +64,7 @@ impl Remainder {
         self.runs.is_empty() && self.next_epoch == 0
     }
 
+    /// Number of undelivered positions in all runs.
     pub fn records(&self) -> u64 {
         self.runs.iter().map(|r| r.len).sum()
     }
@@ -97,6 +104,9 @@ impl JobSchedule {
         JobSchedule::new(base, Remainder::default())
     }
 
+    /// A resumed job: `remainder`'s positions dealt to the ranks first
+    /// (contiguous blocks, in batches of `base.batch`), then normal epochs
+    /// from `remainder.next_epoch` as `base` schedules them.
     pub fn new(base: Schedule, remainder: Remainder) -> JobSchedule {
         let run_starts = remainder
             .runs
@@ -121,14 +131,17 @@ impl JobSchedule {
         &self.base
     }
 
+    /// The positions dealt out before normal epochs.
     pub fn remainder(&self) -> &Remainder {
         &self.remainder
     }
 
+    /// The job's rank count.
     pub fn ranks(&self) -> u64 {
         self.base.ranks
     }
 
+    /// Records per normal epoch.
     pub fn records(&self) -> u64 {
         self.base.records
     }
@@ -212,14 +225,19 @@ impl JobSchedule {
     }
 
     /// The records rank `rank` receives at step `step`, in delivery order.
+    /// The slots rank `rank` receives at step `step`, in delivery order:
+    /// remainder positions while its share lasts, then normal epochs.
     pub fn batch_slots(&self, rank: u64, step: u64) -> Vec<Slot> {
         let mut out = Vec::with_capacity(self.base.batch as usize);
         self.for_each_slot(rank, step, |s| out.push(s));
         out
     }
 
+    /// Calls `f` on each slot of [`JobSchedule::batch_slots`] in order,
+    /// without allocating.
     pub fn for_each_slot(&self, rank: u64, step: u64, mut f: impl FnMut(Slot)) {
         let b = self.base.batch;
+
         let (first, count) = self.remainder_share(rank);
         let shift = self.remainder.next_epoch;
         match self.base.tail {

@@ -8,6 +8,7 @@
 //! by the epoch's order (the identity here; shuffling replaces it without
 //! touching this module's arithmetic).
 
+/// How an epoch's positions are divided among the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Partition {
     /// Rank r reads a contiguous block of about N/P records (the first N % P
@@ -22,6 +23,8 @@ pub enum Partition {
     Strided,
 }
 
+/// What a rank's last batch of an epoch does when its share does not
+/// divide into whole batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tail {
     /// Batches are always full; the batch that reaches the end of a rank's
@@ -54,12 +57,19 @@ pub fn contiguous_owner(records: u64, ranks: u64, position: u64) -> u64 {
     }
 }
 
+/// A job's schedule: which positions each rank's batch holds at each step.
+/// A plain value; every rank builds the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Schedule {
+    /// Records per epoch (N).
     pub records: u64,
+    /// Ranks in the job (P, at least 1).
     pub ranks: u64,
+    /// Records per batch (B, at least 1).
     pub batch: u64,
+    /// How the epoch is divided among the ranks.
     pub partition: Partition,
+    /// What the end of a rank's share does.
     pub tail: Tail,
 }
 
@@ -67,11 +77,16 @@ pub struct Schedule {
 /// that epoch's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Slot {
+    /// The epoch, from 0.
     pub epoch: u64,
+    /// Position in the epoch's order (`0..records`), mapped to a record by
+    /// [`crate::order`].
     pub position: u64,
 }
 
 impl Schedule {
+    /// A schedule of `records` records over `ranks` ranks in batches of
+    /// `batch`. Panics if `ranks` or `batch` is 0.
     pub fn new(records: u64, ranks: u64, batch: u64, partition: Partition, tail: Tail) -> Schedule {
         assert!(
             ranks > 0 && batch > 0,
@@ -166,8 +181,11 @@ impl Schedule {
         out
     }
 
+    /// Calls `f` on each slot of [`Schedule::batch_slots`] in order,
+    /// without allocating.
     pub fn for_each_slot(&self, rank: u64, step: u64, mut f: impl FnMut(Slot)) {
         let (n, p, b) = (self.records, self.ranks, self.batch);
+
         if n == 0 {
             return;
         }

@@ -18,6 +18,7 @@ pub trait ReadAt: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     /// Length of the file in bytes, as seen when it was opened.
     fn len(&self) -> u64;
+    /// The file has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -38,13 +39,17 @@ pub struct IoCounters {
     bytes: AtomicU64,
 }
 
+/// A source's read counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoSnapshot {
+    /// Positioned reads issued (one per `read_exact_at` call).
     pub read_requests: u64,
+    /// Bytes those reads asked for.
     pub bytes_read: u64,
 }
 
 impl IoSnapshot {
+    /// The reads between `earlier` and this snapshot of the same source.
     pub fn since(self, earlier: IoSnapshot) -> IoSnapshot {
         IoSnapshot {
             read_requests: self.read_requests - earlier.read_requests,
@@ -54,10 +59,12 @@ impl IoSnapshot {
 }
 
 impl IoCounters {
+    /// Counts one read of `bytes` bytes.
     pub fn record(&self, bytes: usize) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
+    /// The counts so far.
     pub fn snapshot(&self) -> IoSnapshot {
         IoSnapshot {
             read_requests: self.requests.load(Ordering::Relaxed),
@@ -106,6 +113,8 @@ pub fn open_regular(path: &Path, extra_flags: i32) -> std::io::Result<File> {
 const AROUND_CACHE_BLOCK: usize = 4096;
 
 impl FileSource {
+    /// Opens `path` read-only (no lock file, no mmap); `NotFound` if it
+    /// cannot be opened.
     pub fn open(path: &Path) -> Result<FileSource> {
         let file = open_regular(path, 0).map_err(|e| Error::NotFound {
             path: path.to_owned(),
@@ -322,6 +331,7 @@ pub struct MemSource {
 }
 
 impl MemSource {
+    /// A file holding `bytes`, called `name` in error messages.
     pub fn new(bytes: Vec<u8>, name: &str) -> MemSource {
         MemSource {
             bytes,

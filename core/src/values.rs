@@ -15,14 +15,17 @@ pub struct ValueBatch {
     buffer: Vec<u8>,
     /// `(start, len)` of each requested record's value in `buffer`.
     values: Vec<(usize, usize)>,
+    /// Positioned reads the batch took (after coalescing).
     pub read_requests: usize,
 }
 
 impl ValueBatch {
+    /// Number of records requested.
     pub fn len(&self) -> usize {
         self.values.len()
     }
 
+    /// No records were requested.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }

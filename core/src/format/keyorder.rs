@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 
 use super::db_flags;
 
+/// How a tree's keys are ordered, from its `md_flags`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyOrder {
     /// `mdb_cmp_memn`: bytewise, a shorter key first when one is a prefix.
@@ -18,6 +19,8 @@ pub enum KeyOrder {
 }
 
 impl KeyOrder {
+    /// The order of a tree with these `md_flags` (`MDB_REVERSEKEY` wins
+    /// over `MDB_INTEGERKEY`, as in `mdb_dbi_open`).
     pub fn for_flags(md_flags: u16) -> KeyOrder {
         if md_flags & db_flags::MDB_REVERSEKEY != 0 {
             KeyOrder::ReverseBytes
@@ -28,6 +31,8 @@ impl KeyOrder {
         }
     }
 
+    /// Compares two keys as liblmdb would; integer keys of different
+    /// sizes order by size first.
     pub fn compare(self, a: &[u8], b: &[u8]) -> Ordering {
         match self {
             KeyOrder::Bytes => a.cmp(b),

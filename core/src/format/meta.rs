@@ -11,12 +11,20 @@ pub const MDB_DB_SIZE: usize = 48;
 pub struct MdbDb {
     /// For FREE_DBI in a meta page this is the page size (`mm_psize`).
     pub md_pad: u32,
+    /// `md_flags`: the database's `MDB_*` open flags (`MDB_DUPSORT`,
+    /// `MDB_INTEGERKEY`, ...) as persisted.
     pub md_flags: u16,
+    /// `md_depth`: levels of the tree (1 = the root is a leaf; 0 = empty).
     pub md_depth: u16,
+    /// `md_branch_pages`: number of branch pages in the tree.
     pub md_branch_pages: u64,
+    /// `md_leaf_pages`: number of leaf pages in the tree.
     pub md_leaf_pages: u64,
+    /// `md_overflow_pages`: number of overflow pages (all runs together).
     pub md_overflow_pages: u64,
+    /// `md_entries`: number of records (key/value pairs).
     pub md_entries: u64,
+    /// `md_root`: page number of the root, `P_INVALID` for an empty tree.
     pub md_root: u64,
 }
 
@@ -38,6 +46,7 @@ impl MdbDb {
         })
     }
 
+    /// The tree has no pages (`md_root == P_INVALID`).
     pub fn is_empty_tree(&self) -> bool {
         self.md_root == super::P_INVALID
     }
@@ -46,23 +55,48 @@ impl MdbDb {
 /// The contents of one meta page (`MDB_meta`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MdbMeta {
+    /// `mm_magic`: `MDB_MAGIC` (`0xBEEFC0DE`) in any LMDB file.
     pub mm_magic: u32,
+    /// `mm_version`: the data format version (`MDB_DATA_VERSION`, 1).
     pub mm_version: u32,
+    /// `mm_address`: the fixed map address if created with `MDB_FIXEDMAP`,
+    /// else 0. Ignored (we do not map the file).
     pub mm_address: u64,
+    /// `mm_mapsize`: the environment's map size in bytes when written.
     pub mm_mapsize: u64,
+    /// `mm_dbs[FREE_DBI]`: the free-page tree; its `md_pad` holds the page
+    /// size.
     pub free_db: MdbDb,
+    /// `mm_dbs[MAIN_DBI]`: the main tree (records, or named databases).
     pub main_db: MdbDb,
+    /// `mm_last_pg`: the last page number in use; the file holds at least
+    /// `mm_last_pg + 1` pages.
     pub mm_last_pg: u64,
+    /// `mm_txnid`: the transaction that wrote this meta page; the higher
+    /// of the two meta pages is the current one.
     pub mm_txnid: u64,
 }
 
 /// Why a meta page could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetaProblem {
+    /// Shorter than a page header plus `MDB_meta`.
     TooShort,
-    NotMetaPage { mp_flags: u16 },
-    BadMagic { found: u32 },
-    BadVersion { found: u32 },
+    /// `P_META` not set in the page header.
+    NotMetaPage {
+        /// The header's `mp_flags`.
+        mp_flags: u16,
+    },
+    /// `mm_magic` is not `MDB_MAGIC`.
+    BadMagic {
+        /// The `mm_magic` found.
+        found: u32,
+    },
+    /// `mm_version` is not a format version we read.
+    BadVersion {
+        /// The `mm_version` found.
+        found: u32,
+    },
 }
 
 impl std::fmt::Display for MetaProblem {

@@ -9,14 +9,24 @@ use super::{le_u16, le_u64, node_flags, page_flags, NODESIZE, PAGEHDRSZ};
 /// The 16-byte header at the start of every page (`MDB_page`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageHeader {
+    /// `mp_pgno`: the page's own number (its file offset divided by the
+    /// page size); checked against the number we read it as.
     pub mp_pgno: u64,
+    /// `mp_pad`: key size on LEAF2 pages, unused otherwise.
     pub mp_pad: u16,
+    /// `mp_flags`: `P_BRANCH`, `P_LEAF`, `P_OVERFLOW`, `P_META`, ... (see
+    /// [`page_flags`]).
     pub mp_flags: u16,
+    /// `mp_lower`: end of the node pointer array, in bytes from the page
+    /// start (so `(mp_lower - PAGEHDRSZ) / 2` nodes).
     pub mp_lower: u16,
+    /// `mp_upper`: start of the node area, in bytes from the page start.
     pub mp_upper: u16,
 }
 
 impl PageHeader {
+    /// Reads the header from the first 16 bytes of `page`; `None` if
+    /// shorter. Checks nothing else.
     pub fn parse(page: &[u8]) -> Option<PageHeader> {
         Some(PageHeader {
             mp_pgno: le_u64(page, 0)?,
@@ -42,18 +52,76 @@ impl PageHeader {
 /// page number and file offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PageProblem {
-    WrongPgno { found: u64 },
-    NotATreePage { mp_flags: u16 },
+    /// The header's `mp_pgno` is not the page number we read.
+    WrongPgno {
+        /// The `mp_pgno` the header holds.
+        found: u64,
+    },
+    /// Neither `P_BRANCH` nor `P_LEAF` where the tree needs one.
+    NotATreePage {
+        /// The header's `mp_flags`.
+        mp_flags: u16,
+    },
+    /// A `P_LEAF2` page (fixed-size duplicates, `MDB_DUPFIXED`): not read.
     Leaf2,
+    /// `P_SUBP` set on a page read from the file (sub-pages only live
+    /// inside a node).
     SubPage,
-    BadBounds { mp_lower: u16, mp_upper: u16 },
-    NodeOutOfPage { index: usize, offset: u16 },
-    KeyOutOfPage { index: usize, ksize: u16 },
-    KeyTooLong { index: usize, ksize: u16 },
-    DataOutOfPage { index: usize, dsize: u32 },
-    BadNodeFlags { index: usize, flags: u16 },
-    DuplicateData { index: usize },
-    BadSubData { index: usize, dsize: u32 },
+    /// `mp_lower`/`mp_upper` do not bound a node area inside the page.
+    BadBounds {
+        /// The header's `mp_lower`.
+        mp_lower: u16,
+        /// The header's `mp_upper`.
+        mp_upper: u16,
+    },
+    /// A node pointer points outside the node area.
+    NodeOutOfPage {
+        /// The node's position in the page (0-based).
+        index: usize,
+        /// The pointer's byte offset from the page start.
+        offset: u16,
+    },
+    /// A node's key runs past the page end.
+    KeyOutOfPage {
+        /// The node's position in the page (0-based).
+        index: usize,
+        /// `mn_ksize`: the key's length in bytes.
+        ksize: u16,
+    },
+    /// A key longer than any liblmdb build writes (a damaged size).
+    KeyTooLong {
+        /// The node's position in the page (0-based).
+        index: usize,
+        /// `mn_ksize`: the key's length in bytes.
+        ksize: u16,
+    },
+    /// An inline value runs past the page end.
+    DataOutOfPage {
+        /// The node's position in the page (0-based).
+        index: usize,
+        /// The value's length in bytes (`mn_lo | mn_hi << 16`).
+        dsize: u32,
+    },
+    /// `mn_flags` holds bits liblmdb does not define.
+    BadNodeFlags {
+        /// The node's position in the page (0-based).
+        index: usize,
+        /// The node's `mn_flags`.
+        flags: u16,
+    },
+    /// `F_DUPDATA`: the key has duplicate values (`MDB_DUPSORT`): not read.
+    DuplicateData {
+        /// The node's position in the page (0-based).
+        index: usize,
+    },
+    /// `F_SUBDATA` on a value that is not a 48-byte `MDB_db`.
+    BadSubData {
+        /// The node's position in the page (0-based).
+        index: usize,
+        /// The value's length in bytes.
+        dsize: u32,
+    },
+    /// A branch or leaf page with no nodes.
     Empty,
 }
 
@@ -170,22 +238,28 @@ impl<'a> TreePage<'a> {
         Ok(page)
     }
 
+    /// The page's parsed header.
     pub fn header(&self) -> &PageHeader {
         &self.header
     }
 
+    /// A leaf page (`P_LEAF`): its nodes hold keys and values.
     pub fn is_leaf(&self) -> bool {
         self.header.kind_flags() == page_flags::P_LEAF
     }
 
+    /// A branch page (`P_BRANCH`): its nodes hold keys and child pages.
     pub fn is_branch(&self) -> bool {
         self.header.kind_flags() == page_flags::P_BRANCH
     }
 
+    /// Number of nodes (`NUMKEYS`: `(mp_lower - PAGEHDRSZ) / 2`).
     pub fn len(&self) -> usize {
         self.nkeys
     }
 
+    /// No nodes; [`TreePage::parse`] refuses such pages, so always false
+    /// for a parsed one.
     pub fn is_empty(&self) -> bool {
         self.nkeys == 0
     }
@@ -279,21 +353,40 @@ impl<'a> TreePage<'a> {
     }
 }
 
+/// A node of a branch page: the child page holds the keys from `key` up to
+/// the next node's key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BranchNode<'a> {
+    /// The separator key, borrowed from the page (empty for node 0, whose
+    /// key liblmdb leaves implicit).
     pub key: &'a [u8],
+    /// The child's page number (`NODEPGNO`: `mn_lo | mn_hi << 16 |
+    /// mn_flags << 32`).
     pub child: u64,
 }
 
+/// Where a leaf node's value lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeafValue {
     /// Value bytes inside the leaf page at `offset`.
-    Inline { offset: u32, size: u32 },
+    Inline {
+        /// Byte offset of the value from the page start.
+        offset: u32,
+        /// Value length in bytes.
+        size: u32,
+    },
     /// Value in an overflow run starting at page `pgno`, after its header.
-    Overflow { pgno: u64, size: u32 },
+    Overflow {
+        /// First page of the run (`F_BIGDATA`: the node's data is this
+        /// page number).
+        pgno: u64,
+        /// Value length in bytes.
+        size: u32,
+    },
 }
 
 impl LeafValue {
+    /// Value length in bytes, wherever it lies.
     pub fn size(&self) -> u32 {
         match *self {
             LeafValue::Inline { size, .. } | LeafValue::Overflow { size, .. } => size,
@@ -301,10 +394,14 @@ impl LeafValue {
     }
 }
 
+/// A node of a leaf page: one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeafNode<'a> {
+    /// The record's key, borrowed from the page.
     pub key: &'a [u8],
+    /// Where the record's value lies.
     pub value: LeafValue,
+
     /// The node is a named database in MAIN (`F_SUBDATA`); its value is
     /// that database's `MDB_db`.
     pub is_subdatabase: bool,

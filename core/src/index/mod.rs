@@ -32,8 +32,11 @@ pub struct RecordEntry {
     pub key_start: u64,
     /// File offset of the first value byte.
     pub value_offset: u64,
+    /// Value length in bytes (LMDB values are under 4 GiB).
     pub value_len: u32,
+    /// Key length in bytes (at most `MDB_MAXKEYSIZE` in practice).
     pub key_len: u16,
+    /// [`RecordEntry::OVERFLOW`] and [`RecordEntry::SUBDATABASE`] bits.
     pub flags: u16,
 }
 
@@ -44,6 +47,8 @@ impl RecordEntry {
     /// The record is a named database's descriptor (only in MAIN).
     pub const SUBDATABASE: u16 = 2;
 
+    /// The value is in an overflow run (`F_BIGDATA`), not inline in its
+    /// leaf page.
     pub fn is_overflow(&self) -> bool {
         self.flags & Self::OVERFLOW != 0
     }
@@ -65,16 +70,23 @@ impl RecordEntry {
 /// Every record of one tree, in key order.
 #[derive(Debug, Clone, Default)]
 pub struct RecordIndex {
+    /// Every key, back to back in key order; [`RecordEntry::key_start`]
+    /// and `key_len` slice it.
     pub keys: Vec<u8>,
+    /// One entry per record, in key order: entry `i` is ordinal `i`.
     pub entries: Vec<RecordEntry>,
+    /// The file's page size in bytes.
     pub page_size: u32,
+    /// What building the index read and found.
     pub stats: IndexStats,
 }
 
 /// What building the index cost and found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IndexStats {
+    /// Branch pages in the tree (checked against `md_branch_pages`).
     pub branch_pages: u64,
+    /// Leaf pages in the tree (checked against `md_leaf_pages`).
     pub leaf_pages: u64,
     /// Overflow pages the values need (`OVPAGES` of each size); at most the
     /// recorded `md_overflow_pages`, see `check_counts`.
@@ -83,28 +95,36 @@ pub struct IndexStats {
     /// or, for a named database, the MAIN pages read to find it: see
     /// [`crate::Tree::lookup_pages`]).
     pub pages_read: u64,
+    /// The source's read counters over the build (requests, bytes).
     pub io: IoSnapshot,
 }
 
 impl RecordIndex {
+    /// Number of records.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// The tree holds no records.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The key of record `i` (an ordinal, in key order). Panics if `i` is
+    /// not below [`RecordIndex::len`].
     pub fn key(&self, i: usize) -> &[u8] {
         let e = &self.entries[i];
         &self.keys[e.key_start as usize..e.key_start as usize + e.key_len as usize]
     }
 
+    /// Sum of all value lengths in bytes (without overflow page headers).
     pub fn value_bytes(&self) -> u64 {
         self.entries.iter().map(|e| e.value_len as u64).sum()
     }
 }
 
+/// How to build a [`RecordIndex`]; the defaults suit local disks and
+/// network file systems alike.
 #[derive(Debug, Clone)]
 pub struct IndexOptions {
     /// Threads parsing leaf pages; 0 means one per available core.
@@ -260,7 +280,10 @@ pub(crate) fn build<R: ReadAt>(
 /// pages: everything the upper levels say, before any leaf is read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TreePages {
+    /// Branch page numbers, level by level from the root, each level in
+    /// key order.
     pub branches: Vec<u64>,
+    /// Leaf page numbers in key order.
     pub leaves: Vec<u64>,
 }
 
@@ -318,7 +341,9 @@ pub fn walk_tree<R: ReadAt>(
 /// to `keys`.
 #[derive(Debug, Clone, Default)]
 pub struct IndexPart {
+    /// The part's keys, back to back.
     pub keys: Vec<u8>,
+    /// The part's records in key order, keys relative to `keys`.
     pub entries: Vec<RecordEntry>,
 }
 

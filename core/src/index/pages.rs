@@ -84,6 +84,7 @@ pub struct PageBitmap {
 }
 
 impl PageBitmap {
+    /// A bitmap of pages `0..pages`, none marked.
     pub fn new(pages: u64) -> PageBitmap {
         PageBitmap {
             words: vec![0; pages.div_ceil(64) as usize],
