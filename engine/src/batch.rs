@@ -6,7 +6,10 @@ use crate::{held, Engine};
 /// One record of a batch: where its key and value are, which record it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchRecord {
+    /// The record's ordinal: its place in key order, an index into the
+    /// record index.
     pub ordinal: u64,
+    /// The epoch the record is delivered in (from 0).
     pub epoch: u64,
     pub(crate) key: (usize, usize),
     pub(crate) value: (usize, usize),
@@ -16,27 +19,36 @@ pub struct BatchRecord {
 /// the next call to [`Engine::next_batch`].
 pub struct Batch<'e> {
     pub(crate) engine: &'e Engine,
+    /// This rank's step the batch belongs to (0 for the first batch).
     pub step: u64,
 }
 
 impl<'e> Batch<'e> {
+    /// Records in the batch (the batch size, or fewer at an epoch's end
+    /// under [`Tail::Short`](lmdbio_core::schedule::Tail::Short)).
     pub fn len(&self) -> usize {
         self.engine.batch.len()
     }
 
+    /// No records (a short tail batch can be empty).
     pub fn is_empty(&self) -> bool {
         self.engine.batch.is_empty()
     }
 
+    /// The batch's records in delivery order.
     pub fn records(&self) -> &'e [BatchRecord] {
         &self.engine.batch
     }
 
+    /// Key of the batch's `i`-th record, in the node's shared memory.
+    /// Panics if `i` is not below [`Batch::len`].
     pub fn key(&self, i: usize) -> &'e [u8] {
         let (at, len) = self.engine.batch[i].key;
         &held(&self.engine.parts).memory.keys()[at..at + len]
     }
 
+    /// Value of the batch's `i`-th record, in the node's shared window (no
+    /// copy). Panics if `i` is not below [`Batch::len`].
     pub fn value(&self, i: usize) -> &'e [u8] {
         let (at, len) = self.engine.batch[i].value;
         // SAFETY: this step's bytes were all read (the readers' progress

@@ -6,13 +6,23 @@ use crate::data_file::RunsRead;
 /// Per-rank counters; [`Engine::node_counters`](crate::Engine::node_counters) sums a node's.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Counters {
+    /// Value bytes this rank read from the file (readers only; gaps read
+    /// through by coalescing included).
     pub bytes_read: u64,
+    /// Read requests behind `bytes_read`.
     pub read_requests: u64,
+    /// Times this rank opened the data file (0 on ranks that do not read).
     pub file_opens: u64,
+    /// Bytes of tree pages this rank read to build the index.
     pub index_bytes_read: u64,
+    /// Read requests behind `index_bytes_read`.
     pub index_read_requests: u64,
+    /// Value bytes handed to the caller in batches.
     pub bytes_delivered: u64,
+    /// Records handed to the caller in batches.
     pub records_delivered: u64,
+    /// Rounds started (each covers `prefetch` steps of every rank on the
+    /// node).
     pub rounds: u64,
     /// World agreements the steps were served under. Independent reads:
     /// one where each round starts (nodes meet there; steps in between
@@ -20,8 +30,13 @@ pub struct Counters {
     /// ended in an agreement of their own; the others were served under an
     /// earlier step's agreement, their bytes already in on every node.
     pub step_agreements: u64,
+    /// Wall seconds this rank spent in reads (starting them, and waiting
+    /// for background reads to finish).
     pub io_seconds: f64,
+    /// Wall seconds this rank spent waiting for other ranks: agreements,
+    /// and steps whose bytes another reader was still reading.
     pub wait_seconds: f64,
+
     /// What opening had to make with blocking MPI calls: 1 for the node
     /// communicators, 1 for the shared window; 0 when both were kept from
     /// an earlier engine or made by [`prepare`](crate::prepare).

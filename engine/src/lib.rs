@@ -31,6 +31,9 @@
 //! `open`, `next_batch` and dropping the engine are collective over the
 //! communicator given to `open`.
 
+// Every public item says what it is: users read these docs, not the code.
+#![deny(missing_docs)]
+
 mod agree;
 mod background;
 mod batch;
@@ -80,6 +83,9 @@ use lmdbio_core::error::{Error, Result};
 use lmdbio_core::order::EpochOrder;
 use lmdbio_core::resume::JobSchedule;
 
+/// One LMDB opened by every rank of a communicator ([`Engine::open`]),
+/// serving each rank its batches ([`Engine::next_batch`]). Dropping it is
+/// collective too.
 pub struct Engine {
     // Dropped first: waits for reads into the window from `file`.
     pending: Option<Round>,
@@ -159,26 +165,33 @@ impl Engine {
         held(&self.parts).memory.len() as u64
     }
 
+    /// This rank in the communicator given to `open`.
     pub fn rank(&self) -> usize {
         self.world().rank()
     }
 
+    /// Ranks in the communicator given to `open`.
     pub fn ranks(&self) -> usize {
         self.world().size()
     }
 
+    /// This rank within its node (real or virtual).
     pub fn node_rank(&self) -> usize {
         held(&self.parts).topology.node.rank()
     }
 
+    /// Ranks on this rank's node.
     pub fn node_size(&self) -> usize {
         held(&self.parts).topology.node.size()
     }
 
+    /// This rank is one of its node's `readers_per_node` readers.
     pub fn is_reader(&self) -> bool {
         held(&self.parts).topology.readers.is_some()
     }
 
+    /// The job's schedule (the same on every rank): which records each
+    /// rank's steps hold.
     pub fn schedule(&self) -> &JobSchedule {
         &self.schedule
     }
@@ -258,6 +271,7 @@ impl Engine {
         self.step
     }
 
+    /// This rank's counters so far, its read threads' tally included.
     pub fn counters(&self) -> Counters {
         self.tally.added_to(self.counters)
     }

@@ -14,14 +14,18 @@ pub struct EngineOptions {
     pub subdb: Option<String>,
     /// Records per batch per rank.
     pub batch: usize,
+    /// How each epoch is divided among the ranks.
     pub partition: Partition,
+    /// What a rank's last batch of an epoch does.
     pub tail: Tail,
     /// Group K consecutive ranks into a virtual node instead of grouping by
     /// shared memory (to exercise multi-node behaviour on one machine).
     pub ranks_per_node: Option<usize>,
     /// Ranks per node that open the file and read (at least 1).
     pub readers_per_node: usize,
+    /// How close value spans must lie to be read in one request.
     pub coalesce: CoalesceOptions,
+
     /// Bytes of node-shared memory for values. Every round must fit: a round
     /// holds the values of `prefetch` steps (fewer if they do not fit, but
     /// at least one) of every rank on the node.

@@ -37,7 +37,9 @@ use lmdbio_core::error::Result;
 /// million records with 40-byte keys fit).
 pub const INDEX_ALLOWANCE: usize = 64 << 20;
 
-pub struct NodeTopology {
+/// The communicators and shared window of one grouping of ranks into
+/// nodes, kept between engines on the same ranks.
+pub(crate) struct NodeTopology {
     /// A duplicate of the communicator the topology was made for: the
     /// world of the engines that hold it, and what later opens compare
     /// their communicator with (`MPI_Comm_compare`).
@@ -46,7 +48,9 @@ pub struct NodeTopology {
     readers_per_node: usize,
     /// Same on every rank of the job.
     id: i64,
+    /// The node's ranks (shared memory, or K consecutive ranks).
     pub node: Comm,
+
     /// On the node's first `readers_per_node` ranks.
     pub readers: Option<Comm>,
     /// On the node's first rank.
@@ -78,13 +82,13 @@ impl NodeTopology {
 
     /// The engine's world communicator while it holds this topology: a
     /// duplicate of the caller's, made with the topology and kept with it.
-    pub fn world(&self) -> &Comm {
+    pub(crate) fn world(&self) -> &Comm {
         &self.ranks
     }
 
     /// Makes sure the window holds at least `len` bytes, making a new one
     /// if not (then returns true). Collective over the world.
-    pub fn ensure_window(&mut self, len: usize) -> Result<bool> {
+    pub(crate) fn ensure_window(&mut self, len: usize) -> Result<bool> {
         // Every rank of a node holds the same window, so the node's ranks
         // all free it or none does.
         let fits = self.window.as_ref().is_some_and(|w| w.len() >= len);
@@ -156,7 +160,7 @@ pub(crate) fn take(
 /// Keeps `topology` for the next engine on the same ranks. If one is kept
 /// already (two engines were open at once), this one is freed: the node's
 /// ranks all do the same, as they all hold the same kept set.
-pub fn give_back(topology: NodeTopology) {
+pub(crate) fn give_back(topology: NodeTopology) {
     let surplus = {
         let mut kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let twin = kept.iter().any(|t| {
@@ -218,7 +222,7 @@ pub fn release_memory() {
 /// Frees every kept topology, oldest first (the order they were made in,
 /// the same on every rank). Runs when MPI_Finalize starts, after any read
 /// an open engine runs in the background has finished.
-pub fn release_all() {
+pub(crate) fn release_all() {
     crate::background::wait_for_background_reads();
     let mut all = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|p| p.into_inner()));
     all.sort_by_key(|t| t.id);

@@ -28,13 +28,19 @@ unsafe impl Send for Comm {}
 /// Thread support the MPI library was initialised with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ThreadLevel {
+    /// `MPI_THREAD_SINGLE`: one thread only.
     Single,
+    /// `MPI_THREAD_FUNNELED`: only the thread that initialised MPI calls it.
     Funneled,
+    /// `MPI_THREAD_SERIALIZED`: any thread, one at a time.
     Serialized,
+    /// `MPI_THREAD_MULTIPLE`: any thread, concurrently.
     Multiple,
 }
 
 impl ThreadLevel {
+    /// The level MPI provides (`MPI_Query_thread`). Call after MPI is
+    /// initialised.
     pub fn current() -> ThreadLevel {
         let mut provided: c_int = 0;
         // SAFETY: valid after MPI_Init; provided is a valid out pointer.
@@ -59,8 +65,11 @@ impl ThreadLevel {
 /// Reduction operations we use.
 #[derive(Debug, Clone, Copy)]
 pub enum ReduceOp {
+    /// `MPI_MIN`.
     Min,
+    /// `MPI_MAX`.
     Max,
+    /// `MPI_SUM`.
     Sum,
 }
 
@@ -150,14 +159,17 @@ impl Comm {
         Ok(self)
     }
 
+    /// The underlying `MPI_Comm` handle, still owned by this value.
     pub fn raw(&self) -> RawComm {
         self.raw
     }
 
+    /// This process's rank in the communicator.
     pub fn rank(&self) -> usize {
         self.rank
     }
 
+    /// Ranks in the communicator.
     pub fn size(&self) -> usize {
         self.size
     }
@@ -323,6 +335,8 @@ impl Comm {
         Ok(())
     }
 
+    /// Broadcasts `values` from rank `root` (`MPI_Bcast`); every rank
+    /// passes a slice of the same length.
     pub fn bcast_i64(&self, root: usize, values: &mut [i64]) -> Result<()> {
         // SAFETY: values is a valid buffer of values.len() i64s on every
         // rank (callers pass equal lengths).

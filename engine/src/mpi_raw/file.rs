@@ -106,14 +106,17 @@ impl MpiFile {
         Ok(file)
     }
 
+    /// The file's size in bytes when opened (`MPI_File_get_size`).
     pub fn len(&self) -> u64 {
         self.len
     }
 
+    /// The file has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The path the file was opened at.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -497,6 +500,7 @@ pub struct MpiFileSource<'f> {
 }
 
 impl<'f> MpiFileSource<'f> {
+    /// A source reading `file`, counting from zero.
     pub fn new(file: &'f MpiFile) -> MpiFileSource<'f> {
         MpiFileSource {
             file,

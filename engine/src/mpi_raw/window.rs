@@ -95,14 +95,18 @@ impl SharedWindow {
         Ok(window)
     }
 
+    /// Bytes of the node's shared segment.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// The segment has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Start of the segment in this process's address space (the same
+    /// bytes, at possibly different addresses, on every rank of the node).
     pub fn as_ptr(&self) -> *const u8 {
         self.base
     }
