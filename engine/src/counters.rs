@@ -6,14 +6,15 @@ use crate::data_file::RunsRead;
 /// Per-rank counters; [`Engine::node_counters`](crate::Engine::node_counters) sums a node's.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Counters {
-    /// Value bytes this rank read from the file (readers only; gaps read
-    /// through by coalescing included).
+    /// Bytes this rank read from the file: the index's tree pages and the
+    /// values (readers only; gaps read through by coalescing included).
     pub bytes_read: u64,
     /// Read requests behind `bytes_read`.
     pub read_requests: u64,
     /// Times this rank opened the data file (0 on ranks that do not read).
     pub file_opens: u64,
-    /// Bytes of tree pages this rank read to build the index.
+    /// Of `bytes_read`, the tree pages read to build the index.
+
     pub index_bytes_read: u64,
     /// Read requests behind `index_bytes_read`.
     pub index_read_requests: u64,

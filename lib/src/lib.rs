@@ -74,6 +74,9 @@
 //! # Ok(()) }
 //! ```
 
+// Every public item says what it is: users read these docs, not the code.
+#![deny(missing_docs)]
+
 pub mod c_boundary;
 pub mod ffi;
 
