@@ -23,8 +23,11 @@ use crate::schedule::{Partition, Tail};
 /// The header's `MPI_Comm`, as the MPI library in use declares it.
 pub type MPI_Comm = RawComm;
 
+/// Major version of the library (the crate's), as in the header.
 pub const LMDBIO_VERSION_MAJOR: c_int = version_part(env!("CARGO_PKG_VERSION_MAJOR"));
+/// Minor version of the library.
 pub const LMDBIO_VERSION_MINOR: c_int = version_part(env!("CARGO_PKG_VERSION_MINOR"));
+/// Patch version of the library.
 pub const LMDBIO_VERSION_PATCH: c_int = version_part(env!("CARGO_PKG_VERSION_PATCH"));
 
 /// A decimal part of the crate's version, at compile time.
@@ -39,31 +42,55 @@ const fn version_part(digits: &str) -> c_int {
 }
 
 // Status codes: ErrorKind's numbers.
+/// Success.
 pub const LMDBIO_OK: c_int = 0;
+/// [`ErrorKind::NotFound`]: the path names no database.
 pub const LMDBIO_ERR_NOT_FOUND: c_int = ErrorKind::NotFound as c_int;
+/// [`ErrorKind::Io`]: the operating system failed a read.
 pub const LMDBIO_ERR_IO: c_int = ErrorKind::Io as c_int;
+/// [`ErrorKind::Truncated`]: the file ends before data it refers to.
 pub const LMDBIO_ERR_TRUNCATED: c_int = ErrorKind::Truncated as c_int;
+/// [`ErrorKind::NotLmdb`]: not an LMDB data file.
 pub const LMDBIO_ERR_NOT_LMDB: c_int = ErrorKind::NotLmdb as c_int;
+/// [`ErrorKind::Corrupt`]: damaged structure (the message names the page).
 pub const LMDBIO_ERR_CORRUPT: c_int = ErrorKind::Corrupt as c_int;
+/// [`ErrorKind::Unsupported`]: a valid LMDB feature lmdbio does not read.
 pub const LMDBIO_ERR_UNSUPPORTED: c_int = ErrorKind::Unsupported as c_int;
+/// [`ErrorKind::NoSuchDatabase`]: the named database is not in the file.
 pub const LMDBIO_ERR_NO_SUCH_DATABASE: c_int = ErrorKind::NoSuchDatabase as c_int;
+/// [`ErrorKind::InvalidArgument`]: bad option, NULL handle, failed engine.
 pub const LMDBIO_ERR_INVALID_ARGUMENT: c_int = ErrorKind::InvalidArgument as c_int;
+/// [`ErrorKind::ResourceLimit`]: e.g. a shared window too small for a batch.
 pub const LMDBIO_ERR_RESOURCE_LIMIT: c_int = ErrorKind::ResourceLimit as c_int;
+/// [`ErrorKind::Mpi`]: an MPI call failed.
 pub const LMDBIO_ERR_MPI: c_int = ErrorKind::Mpi as c_int;
+/// [`ErrorKind::Internal`]: a bug in lmdbio.
 pub const LMDBIO_ERR_INTERNAL: c_int = ErrorKind::Internal as c_int;
 /// `lmdbio_next_batch` after the job's last step: not an error, so it
 /// stays clear of the error codes, which grow upwards.
 pub const LMDBIO_END: c_int = -1;
 
+/// [`Partition::Contiguous`]: rank r reads a contiguous block (default).
 pub const LMDBIO_PARTITION_CONTIGUOUS: c_int = 0;
+/// [`Partition::RoundRobinBatches`]: batches of B records dealt in turn.
 pub const LMDBIO_PARTITION_ROUND_ROBIN: c_int = 1;
+/// [`Partition::Strided`]: record i to rank i mod P (Caffe multi-GPU).
 pub const LMDBIO_PARTITION_STRIDED: c_int = 2;
+/// [`Tail::Wrap`]: full batches, the last continuing into the next epoch
+/// (default).
 pub const LMDBIO_TAIL_WRAP: c_int = 0;
+/// [`Tail::Short`]: each epoch ends with a short batch.
 pub const LMDBIO_TAIL_SHORT: c_int = 1;
+/// [`DirectIo::Never`]: always read through the page cache.
 pub const LMDBIO_DIRECT_IO_NEVER: c_int = 0;
+/// [`DirectIo::Auto`]: read around the page cache where the file system
+/// supports it (default).
 pub const LMDBIO_DIRECT_IO_AUTO: c_int = 1;
+/// [`DirectIo::Always`]: read every round around the page cache; opening
+/// fails where the file system does not support it.
 pub const LMDBIO_DIRECT_IO_ALWAYS: c_int = 2;
 
+/// Bytes of an encoded rank cursor ([`crate::cursor::CURSOR_BYTES`]).
 pub const LMDBIO_CURSOR_BYTES: usize = crate::cursor::CURSOR_BYTES;
 
 /// Runs `body` behind the C boundary: failures return their kind's code.
@@ -103,37 +130,67 @@ pub struct lmdbio_engine {
     failed: bool,
 }
 
+/// One record of a batch ([`BatchRecord`](crate::engine::BatchRecord)).
+/// The pointers point into node-shared memory, valid until this rank's
+/// next `lmdbio_next_batch` or `lmdbio_close`.
 #[repr(C)]
 pub struct lmdbio_record {
+    /// The key's first byte.
     pub key: *const c_void,
+    /// Key length in bytes.
     pub key_len: usize,
+    /// The value's first byte.
     pub value: *const c_void,
+    /// Value length in bytes.
     pub value_len: usize,
+    /// Position in key order, from 0: the same on every rank.
     pub ordinal: u64,
+    /// The epoch the record is delivered in, from 0.
     pub epoch: u64,
 }
 
+/// One step's batch ([`Batch`](crate::engine::Batch)).
 #[repr(C)]
 pub struct lmdbio_batch {
+    /// `count` records, owned by the engine, valid as [`lmdbio_record`]'s
+    /// pointers are.
     pub records: *const lmdbio_record,
+    /// Number of records.
     pub count: usize,
+    /// Batches this rank received before this one.
     pub step: u64,
+    /// Epoch of the first record.
     pub epoch: u64,
 }
 
+/// A rank's (or a node's) [`Counters`], field for field.
 #[repr(C)]
 pub struct lmdbio_counters {
+    /// Bytes read from the file: the index's tree pages and the values.
     pub bytes_read: u64,
+    /// Read requests behind `bytes_read`.
     pub read_requests: u64,
+    /// Times the data file was opened.
     pub file_opens: u64,
+    /// Of `bytes_read`, the tree pages read to build the index.
     pub index_bytes_read: u64,
+    /// Value bytes handed to the caller.
     pub bytes_delivered: u64,
+    /// Records handed to the caller.
     pub records_delivered: u64,
+    /// Read rounds started.
     pub rounds: u64,
+    /// Wall seconds spent in reads.
     pub io_seconds: f64,
+    /// Wall seconds spent waiting for other ranks.
     pub wait_seconds: f64,
+    /// [`Counters::setup_made`]: MPI set-up the open made with blocking
+    /// calls (0 to 2).
     pub setup_made: u64,
+    /// Of `read_requests`, those read around the page cache.
     pub direct_read_requests: u64,
+    /// [`Counters::step_agreements`]: agreements the steps were served
+    /// under.
     pub step_agreements: u64,
 }
 
@@ -163,6 +220,7 @@ pub extern "C" fn lmdbio_last_error() -> *const c_char {
     last_error()
 }
 
+/// Makes an options handle with the defaults into `*out`.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_new(out: *mut *mut lmdbio_options) -> c_int {
     guard(|| {
@@ -176,6 +234,7 @@ pub unsafe extern "C" fn lmdbio_options_new(out: *mut *mut lmdbio_options) -> c_
     })
 }
 
+/// Frees an options handle; NULL is ignored.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_free(options: *mut lmdbio_options) {
     if !options.is_null() {
@@ -211,7 +270,8 @@ fn positive(v: usize, what: &str) -> Result<usize> {
 /// Defines `lmdbio_options_set_*(options, value)`: `$body` updates the
 /// options `$o` from `$arg`, or fails with `?`.
 macro_rules! option_setter {
-    ($name:ident, $arg:ident: $ty:ty, |$o:ident| $body:expr) => {
+    ($(#[$doc:meta])* $name:ident, $arg:ident: $ty:ty, |$o:ident| $body:expr) => {
+        $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C" fn $name(options: *mut lmdbio_options, $arg: $ty) -> c_int {
             // SAFETY: the caller passes NULL or a live options handle, and
@@ -226,26 +286,61 @@ macro_rules! option_setter {
     };
 }
 
-option_setter!(lmdbio_options_set_batch_size, batch: usize, |o| o.batch = positive(batch, "batch size")?);
-option_setter!(lmdbio_options_set_partition, mode: c_int, |o| o.partition = partition_from(mode)?);
-option_setter!(lmdbio_options_set_tail, tail: c_int, |o| o.tail = tail_from(tail)?);
-option_setter!(lmdbio_options_set_ranks_per_node, k: usize, |o| o.ranks_per_node = (k > 0).then_some(k));
-option_setter!(lmdbio_options_set_readers_per_node, n: usize, |o| o.readers_per_node =
+option_setter!(
+    /// Sets [`EngineOptions::batch`] (records per batch per rank, >= 1).
+    lmdbio_options_set_batch_size, batch: usize, |o| o.batch = positive(batch, "batch size")?);
+option_setter!(
+    /// Sets [`EngineOptions::partition`] to an `LMDBIO_PARTITION_*` mode.
+    lmdbio_options_set_partition, mode: c_int, |o| o.partition = partition_from(mode)?);
+option_setter!(
+    /// Sets [`EngineOptions::tail`] to an `LMDBIO_TAIL_*` policy.
+    lmdbio_options_set_tail, tail: c_int, |o| o.tail = tail_from(tail)?);
+option_setter!(
+    /// Sets [`EngineOptions::ranks_per_node`]; 0 groups ranks by shared
+    /// memory.
+    lmdbio_options_set_ranks_per_node, k: usize, |o| o.ranks_per_node = (k > 0).then_some(k));
+option_setter!(
+    /// Sets [`EngineOptions::readers_per_node`] (>= 1).
+    lmdbio_options_set_readers_per_node, n: usize, |o| o.readers_per_node =
     positive(n, "readers per node")?);
-option_setter!(lmdbio_options_set_window_bytes, bytes: usize, |o| o.window_bytes =
+option_setter!(
+    /// Sets [`EngineOptions::window_bytes`]: node-shared bytes for values.
+    lmdbio_options_set_window_bytes, bytes: usize, |o| o.window_bytes =
     positive(bytes, "window size")?);
-option_setter!(lmdbio_options_set_prefetch, steps: usize, |o| o.prefetch = positive(steps, "prefetch")?);
-option_setter!(lmdbio_options_set_inline_pages, bytes: u64, |o| o.inline_pages_bytes = bytes);
-option_setter!(lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger =
+option_setter!(
+    /// Sets [`EngineOptions::prefetch`]: steps read ahead per round, at
+    /// most.
+    lmdbio_options_set_prefetch, steps: usize, |o| o.prefetch = positive(steps, "prefetch")?);
+option_setter!(
+    /// Sets [`EngineOptions::inline_pages_bytes`]: node-shared bytes for
+    /// the leaf pages holding inline values; 0 reads every value.
+    lmdbio_options_set_inline_pages, bytes: u64, |o| o.inline_pages_bytes = bytes);
+option_setter!(
+    /// Sets [`EngineOptions::stagger`]; 0 lets all readers read at once.
+    lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger =
     (readers_at_once > 0).then_some(readers_at_once));
-option_setter!(lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
-option_setter!(lmdbio_options_set_read_streams, streams: usize, |o| o.read_streams =
+option_setter!(
+    /// Sets [`EngineOptions::collective`]: nonzero for collective MPI-IO.
+    lmdbio_options_set_collective, collective: c_int, |o| o.collective = collective != 0);
+option_setter!(
+    /// Sets [`EngineOptions::read_streams`]: threads per reader (>= 1).
+    lmdbio_options_set_read_streams, streams: usize, |o| o.read_streams =
     Some(positive(streams, "read streams")?));
-option_setter!(lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
-option_setter!(lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
-option_setter!(lmdbio_options_set_timeout, seconds: f64, |o| o.timeout = Some(
+option_setter!(
+    /// Sets [`EngineOptions::direct_io`] to an `LMDBIO_DIRECT_IO_*` value.
+    lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
+option_setter!(
+    /// Sets [`EngineOptions::overlap`]: nonzero reads the next round while
+    /// the current one is served.
+    lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
+option_setter!(
+    /// Sets [`EngineOptions::timeout`]: seconds a rank waits for the
+    /// others before failing.
+    lmdbio_options_set_timeout, seconds: f64, |o| o.timeout = Some(
     crate::engine::timeout::parse_seconds(&seconds.to_string())?));
-option_setter!(lmdbio_options_set_epoch_limit, epochs: u64, |o| o.epoch_limit =
+option_setter!(
+    /// Sets [`EngineOptions::epoch_limit`]; `UINT64_MAX` for none.
+    lmdbio_options_set_epoch_limit, epochs: u64, |o| o.epoch_limit =
     (epochs != u64::MAX).then_some(epochs));
 
 fn partition_from(mode: c_int) -> Result<Partition> {
@@ -280,6 +375,7 @@ fn tail_from(tail: c_int) -> Result<Tail> {
     }
 }
 
+/// Sets [`EngineOptions::subdb`]: a named database, or NULL for MAIN.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_subdb(
     options: *mut lmdbio_options,
@@ -299,6 +395,7 @@ pub unsafe extern "C" fn lmdbio_options_set_subdb(
     }
 }
 
+/// Sets [`EngineOptions::coalesce`]: run target and largest gap, in bytes.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_coalesce(
     options: *mut lmdbio_options,
@@ -316,6 +413,7 @@ pub unsafe extern "C" fn lmdbio_options_set_coalesce(
     }
 }
 
+/// Adds an MPI-IO hint (key, value) passed to `MPI_File_open`.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_hint(
     options: *mut lmdbio_options,
@@ -333,6 +431,8 @@ pub unsafe extern "C" fn lmdbio_options_set_hint(
     }
 }
 
+/// Shuffles every epoch with `seed`; `chunk_records` 0 picks the default
+/// chunk (about 4 MiB of values).
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_shuffle(
     options: *mut lmdbio_options,
@@ -350,6 +450,7 @@ pub unsafe extern "C" fn lmdbio_options_set_shuffle(
     }
 }
 
+/// Resumes from a rank cursor of `lmdbio_cursor_get` (bytes copied).
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_resume(
     options: *mut lmdbio_options,
@@ -372,6 +473,8 @@ pub unsafe extern "C" fn lmdbio_options_set_resume(
     }
 }
 
+/// Resumes from a job cursor of `lmdbio_job_cursor_get`, on the same rank
+/// count or, with `repartition` nonzero, on another.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_resume_job(
     options: *mut lmdbio_options,
@@ -630,6 +733,7 @@ unsafe fn report<T>(
     })
 }
 
+/// Writes the database's record count to `*out`. Local.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
@@ -637,6 +741,8 @@ pub unsafe extern "C" fn lmdbio_record_count(engine: *const lmdbio_engine, out: 
     unsafe { report(engine, out, |e| Ok(e.records())) }
 }
 
+/// Writes the step at which the engine stops to `*out` (`UINT64_MAX`
+/// when unbounded). Local.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_step_limit(engine: *const lmdbio_engine, out: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
@@ -644,6 +750,8 @@ pub unsafe extern "C" fn lmdbio_step_limit(engine: *const lmdbio_engine, out: *m
     unsafe { report(engine, out, |e| Ok(e.step_limit().unwrap_or(u64::MAX))) }
 }
 
+/// Writes the rank, rank count, node rank and node size; any out pointer
+/// may be NULL. Local.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_rank_info(
     engine: *const lmdbio_engine,
