@@ -17,8 +17,8 @@ pub enum Error {
     NotFound {
         /// The path as given (or the data file derived from it).
         path: PathBuf,
-        /// Why it cannot be opened (the OS message, or "is a directory
-        /// without data.mdb", ...).
+        /// Why it cannot be opened: the OS message, or that a directory
+        /// holds no `data.mdb`.
         reason: String,
     },
 

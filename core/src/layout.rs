@@ -5,7 +5,7 @@
 use crate::index::RecordIndex;
 use crate::plan::{CoalesceOptions, ReadPlan};
 
-/// How a database's file is laid out for reading (what `lmdbio info`
+/// How a database's file is laid out for reading (what `lmdbio inspect`
 /// prints).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Layout {

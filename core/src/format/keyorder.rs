@@ -20,7 +20,8 @@ pub enum KeyOrder {
 
 impl KeyOrder {
     /// The order of a tree with these `md_flags` (`MDB_REVERSEKEY` wins
-    /// over `MDB_INTEGERKEY`, as in `mdb_dbi_open`).
+    /// over `MDB_INTEGERKEY`, as in `mdb_default_cmp`).
+
     pub fn for_flags(md_flags: u16) -> KeyOrder {
         if md_flags & db_flags::MDB_REVERSEKEY != 0 {
             KeyOrder::ReverseBytes

@@ -123,8 +123,8 @@ impl RecordIndex {
     }
 }
 
-/// How to build a [`RecordIndex`]; the defaults suit local disks and
-/// network file systems alike.
+/// How to build a [`RecordIndex`]: parsing threads and read sizes.
+
 #[derive(Debug, Clone)]
 pub struct IndexOptions {
     /// Threads parsing leaf pages; 0 means one per available core.
