@@ -237,7 +237,6 @@ impl JobSchedule {
     /// without allocating.
     pub fn for_each_slot(&self, rank: u64, step: u64, mut f: impl FnMut(Slot)) {
         let b = self.base.batch;
-
         let (first, count) = self.remainder_share(rank);
         let shift = self.remainder.next_epoch;
         match self.base.tail {

@@ -185,7 +185,6 @@ impl Schedule {
     /// without allocating.
     pub fn for_each_slot(&self, rank: u64, step: u64, mut f: impl FnMut(Slot)) {
         let (n, p, b) = (self.records, self.ranks, self.batch);
-
         if n == 0 {
             return;
         }

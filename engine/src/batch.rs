@@ -27,7 +27,6 @@ impl<'e> Batch<'e> {
     /// Records in the batch: the batch size, or fewer at an epoch's end
     /// (under [`Tail::Short`](lmdbio_core::schedule::Tail::Short), or at
     /// [`EngineOptions::epoch_limit`](crate::EngineOptions::epoch_limit)).
-
     pub fn len(&self) -> usize {
         self.engine.batch.len()
     }

@@ -14,7 +14,6 @@ pub struct Counters {
     /// Times this rank opened the data file (0 on ranks that do not read).
     pub file_opens: u64,
     /// Of `bytes_read`, the tree pages read to build the index.
-
     pub index_bytes_read: u64,
     /// Read requests behind `index_bytes_read`.
     pub index_read_requests: u64,
@@ -37,7 +36,6 @@ pub struct Counters {
     /// Wall seconds this rank spent waiting for other ranks: agreements,
     /// and steps whose bytes another reader was still reading.
     pub wait_seconds: f64,
-
     /// What opening had to make with blocking MPI calls: 1 for the node
     /// communicators, 1 for the shared window; 0 when both were kept from
     /// an earlier engine or made by [`prepare`](crate::prepare).

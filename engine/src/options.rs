@@ -25,7 +25,6 @@ pub struct EngineOptions {
     pub readers_per_node: usize,
     /// How close value spans must lie to be read in one request.
     pub coalesce: CoalesceOptions,
-
     /// Bytes of node-shared memory for values. Every round must fit: a round
     /// holds the values of `prefetch` steps (fewer if they do not fit, but
     /// at least one) of every rank on the node.

@@ -50,7 +50,6 @@ pub(crate) struct NodeTopology {
     id: i64,
     /// The node's ranks (shared memory, or K consecutive ranks).
     pub node: Comm,
-
     /// On the node's first `readers_per_node` ranks.
     pub readers: Option<Comm>,
     /// On the node's first rank.

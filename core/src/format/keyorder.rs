@@ -21,7 +21,6 @@ pub enum KeyOrder {
 impl KeyOrder {
     /// The order of a tree with these `md_flags` (`MDB_REVERSEKEY` wins
     /// over `MDB_INTEGERKEY`, as in `mdb_default_cmp`).
-
     pub fn for_flags(md_flags: u16) -> KeyOrder {
         if md_flags & db_flags::MDB_REVERSEKEY != 0 {
             KeyOrder::ReverseBytes

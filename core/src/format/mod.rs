@@ -85,7 +85,6 @@ pub mod db_flags {
     pub const MDB_INTEGERDUP: u16 = 0x20;
     /// `MDB_REVERSEDUP`: with `MDB_DUPSORT`, values compare backwards.
     pub const MDB_REVERSEDUP: u16 = 0x40;
-
     /// Names as `mdb_dump` prints them in its header, in its order.
     pub const DUMP_NAMES: [(u16, &str); 6] = [
         (MDB_REVERSEKEY, "reversekey"),

@@ -401,7 +401,6 @@ pub struct LeafNode<'a> {
     pub key: &'a [u8],
     /// Where the record's value lies.
     pub value: LeafValue,
-
     /// The node is a named database in MAIN (`F_SUBDATA`); its value is
     /// that database's `MDB_db`.
     pub is_subdatabase: bool,

@@ -122,7 +122,6 @@ impl RecordIndex {
         self.entries.iter().map(|e| e.value_len as u64).sum()
     }
 }
-
 /// How to build a [`RecordIndex`]: parsing threads and read sizes.
 
 #[derive(Debug, Clone)]
