@@ -13,8 +13,9 @@ use lmdbio_core::error::{Error, Result};
 pub const MAX_BATCH: usize = 1 << 24;
 /// Steps read ahead in one round.
 pub const MAX_PREFETCH: usize = 1 << 16;
-/// Readers on one node, and read streams of one reader.
+/// Readers on one node.
 pub const MAX_READERS_PER_NODE: usize = 1 << 12;
+/// Read streams (threads) of one reader.
 pub const MAX_READ_STREAMS: usize = 1 << 10;
 /// A coalesced request or a bridged gap larger than this is no longer a
 /// read the window could take.

@@ -12,7 +12,11 @@ use std::time::Duration;
 use super::EngineOptions;
 use lmdbio_core::error::{Error, Result};
 
+/// The timeout when neither the options nor the environment set one:
+/// 30 minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The environment variable read for a timeout in seconds when the
+/// options set none.
 pub const TIMEOUT_VARIABLE: &str = "LMDBIO_TIMEOUT";
 
 /// Parses a timeout in seconds (fractions allowed; positive).

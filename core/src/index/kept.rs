@@ -24,6 +24,7 @@ impl KeptLeaves {
         self.kept.len()
     }
 
+    /// No page was kept.
     pub fn is_empty(&self) -> bool {
         self.kept.is_empty()
     }
@@ -35,6 +36,7 @@ impl KeptLeaves {
             .map(|&(pgno, b)| (pgno, self.batches[b].page(pgno)))
     }
 
+    /// Bytes of each kept page (the file's page size).
     pub fn page_size(&self) -> usize {
         self.page_size
     }

@@ -43,6 +43,8 @@ pub fn set_timeout(timeout: Duration) {
     );
 }
 
+/// How long waits on other ranks last now: as last set by
+/// [`set_timeout`], practically unbounded before that.
 pub fn timeout() -> Duration {
     Duration::from_millis(TIMEOUT_MS.load(Ordering::SeqCst))
 }
