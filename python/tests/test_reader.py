@@ -310,13 +310,15 @@ def test_plain_process_is_a_world_of_one(layouts, tmp_path):
 @pytest.mark.skipif(COMM.size < 2, reason="needs a rank that does not fail")
 def test_one_ranks_failure_raises_on_every_rank(workdir, layouts):
     """Only the last rank's path is bad (every rank reads for itself, in a
-    node of its own): every rank raises, none hangs, the others name it."""
+    node of its own): the ranks' inputs are checked to agree at open, so
+    every rank raises the same error naming the rank without the file, and
+    none hangs."""
     path = layouts["small"][0]
     if COMM.rank == COMM.size - 1:
         path = os.path.join(workdir, "missing-on-one-rank")
     with pytest.raises(lmdbio.Error) as e:
         lmdbio.Reader(path, 8, ranks_per_node=1)
-    assert e.value.kind == "not_found"
-    if COMM.rank != COMM.size - 1:
-        assert e.value.rank == COMM.size - 1, str(e.value)
-    assert "missing-on-one-rank" in str(e.value)
+    assert e.value.kind == "invalid_argument", str(e.value)
+    message = str(e.value)
+    assert "disagree on the data file" in message, message
+    assert f"rank {COMM.size - 1} has no readable data file" in message, message
