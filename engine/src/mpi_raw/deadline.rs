@@ -70,40 +70,47 @@ pub fn gave_up() -> bool {
 /// rank gave up waiting).
 pub fn answer_roll_calls(comm: RawComm) -> bool {
     let mut any = false;
-    loop {
-        let mut flag: c_int = 0;
-        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: a valid communicator; flag and status are out pointers.
-        let rc = unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                ROLL_TAG,
-                comm,
-                &mut flag,
-                status.as_mut_ptr(),
-            )
-        };
-        if rc != 0 || flag == 0 {
-            return any;
-        }
-        // SAFETY: MPI_Iprobe found a message and filled status.
-        let source = unsafe { status.assume_init() }.MPI_SOURCE;
-        let mut byte = 0u8;
-        // SAFETY: receives the one byte the probe found into `byte`.
-        unsafe {
-            ffi::MPI_Recv(
-                &mut byte as *mut u8 as *mut c_void,
-                1,
-                ffi::RSMPI_UINT8_T,
-                source,
-                ROLL_TAG,
-                comm,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        };
+    while let Some(source) = receive_probed_byte(comm, ROLL_TAG) {
         send_byte(comm, source, ANSWER_TAG);
         any = true;
     }
+    any
+}
+
+/// Receives one pending byte with `tag` from any rank, if there is one,
+/// and returns its sender.
+fn receive_probed_byte(comm: RawComm, tag: c_int) -> Option<c_int> {
+    let mut flag: c_int = 0;
+    let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+    // SAFETY: a valid communicator; flag and status are out pointers.
+    let rc = unsafe {
+        ffi::MPI_Iprobe(
+            ffi::RSMPI_ANY_SOURCE,
+            tag,
+            comm,
+            &mut flag,
+            status.as_mut_ptr(),
+        )
+    };
+    if rc != 0 || flag == 0 {
+        return None;
+    }
+    // SAFETY: MPI_Iprobe found a message and filled status.
+    let source = unsafe { status.assume_init() }.MPI_SOURCE;
+    let mut byte = 0u8;
+    // SAFETY: receives the one byte the probe found into `byte`.
+    unsafe {
+        ffi::MPI_Recv(
+            &mut byte as *mut u8 as *mut c_void,
+            1,
+            ffi::RSMPI_UINT8_T,
+            source,
+            tag,
+            comm,
+            ffi::RSMPI_STATUS_IGNORE,
+        )
+    };
+    Some(source)
 }
 
 /// Sends one byte without waiting for it to be received: the request is
@@ -150,36 +157,9 @@ pub fn missing_ranks(comm: RawComm) -> Vec<usize> {
     let started = Instant::now();
     while started.elapsed() < GRACE && answered.iter().any(|a| !a) {
         answer_roll_calls(comm);
-        let mut flag: c_int = 0;
-        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: as in answer_roll_calls.
-        let rc = unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                ANSWER_TAG,
-                comm,
-                &mut flag,
-                status.as_mut_ptr(),
-            )
-        };
-        if rc != 0 || flag == 0 {
+        let Some(source) = receive_probed_byte(comm, ANSWER_TAG) else {
             std::thread::sleep(Duration::from_millis(1));
             continue;
-        }
-        // SAFETY: MPI_Iprobe found a message and filled status.
-        let source = unsafe { status.assume_init() }.MPI_SOURCE;
-        let mut byte = 0u8;
-        // SAFETY: receives the one byte found into `byte`.
-        unsafe {
-            ffi::MPI_Recv(
-                &mut byte as *mut u8 as *mut c_void,
-                1,
-                ffi::RSMPI_UINT8_T,
-                source,
-                ANSWER_TAG,
-                comm,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
         };
         if let Some(a) = answered.get_mut(source as usize) {
             *a = true;
