@@ -20,8 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lmdbio_benches::{bench_data_dir, env_usize, results_dir};
-use lmdbio_testkit::Rng;
+use lmdbio_benches::{bench_data_dir, caffe_plugin_or_skip, env_usize, load_average, results_dir};
 
 struct Config {
     label: &'static str,
@@ -77,22 +76,9 @@ const CONFIGS: &[Config] = &[
 ];
 
 fn main() {
-    let caffe_ready = Path::new("/usr/bin/caffe").exists()
-        && Path::new("/usr/bin/convert_mnist_data").exists()
-        && Path::new("/usr/include/caffe/caffe.hpp").exists();
-    if !caffe_ready {
-        assert!(
-            std::env::var_os("LMDBIO_REQUIRE_CAFFE").is_none(),
-            "LMDBIO_REQUIRE_CAFFE is set but Caffe is not installed"
-        );
-        println!("caffe_parallel: SKIPPED (Caffe is not installed; run scripts/setup.sh)");
+    let Some(plugin) = caffe_plugin_or_skip("caffe_parallel", "convert_mnist_data") else {
         return;
-    }
-    // `cargo bench` builds the plugin (a dependency) into deps/ beside this
-    // program.
-    let exe = std::env::current_exe().unwrap();
-    let plugin = exe.parent().unwrap().join("libcaffe_lmdbio.so");
-    assert!(plugin.exists(), "no {}", plugin.display());
+    };
 
     let records = env_usize("LMDBIO_BENCH_RECORDS", 10_000);
     // A small database is the smoke run of scripts/test.sh: keep it short.
@@ -301,14 +287,6 @@ layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top:
     path
 }
 
-/// The 1-minute load average: how busy the (shared) machine was.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
-
 /// MNIST-like digits (a noisy bar per class) written by Caffe's own
 /// `convert_mnist_data`, made once and cached under target/bench-data.
 fn digits_lmdb(records: usize) -> PathBuf {
@@ -316,51 +294,11 @@ fn digits_lmdb(records: usize) -> PathBuf {
     if db.join("data.mdb").exists() {
         return db;
     }
-    let mut rng = Rng::new(2026);
-    let mut images = Vec::with_capacity(16 + records * 784);
-    for word in [0x803u32, records as u32, 28, 28] {
-        images.extend_from_slice(&word.to_be_bytes());
-    }
-    let mut labels = Vec::with_capacity(8 + records);
-    for word in [0x801u32, records as u32] {
-        labels.extend_from_slice(&word.to_be_bytes());
-    }
-    for _ in 0..records {
-        let class = rng.below(10) as usize;
-        labels.push(class as u8);
-        for y in 0..28 {
-            for x in 0..28 {
-                let lit = if class < 5 {
-                    y / 5 == class
-                } else {
-                    x / 5 == class - 5
-                };
-                let base: i64 = if lit { 120 } else { 40 };
-                images.push((base + rng.below(160) as i64 - 80).clamp(0, 255) as u8);
-            }
-        }
-    }
-    let scratch = lmdbio_testkit::TempDir::new().unwrap();
-    let (img, lab) = (
-        scratch.path().join("images.idx"),
-        scratch.path().join("labels.idx"),
-    );
-    std::fs::write(&img, images).unwrap();
-    std::fs::write(&lab, labels).unwrap();
-    std::fs::create_dir_all(bench_data_dir()).unwrap();
-    let partial = db.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
-    let out = Command::new("convert_mnist_data")
-        .arg(&img)
-        .arg(&lab)
-        .arg(&partial)
-        .output()
-        .expect("run convert_mnist_data");
-    assert!(
-        out.status.success(),
-        "convert_mnist_data failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::rename(&partial, &db).unwrap();
+    let scratch = bench_data_dir().join(format!("caffe-digits-{records}.partial"));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let made = lmdbio_testkit::caffe_data::digits_lmdb(&scratch, "db", records, 2026, 120, 160);
+    std::fs::rename(&made, &db).unwrap();
+    let _ = std::fs::remove_dir_all(&scratch);
     db
 }

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lmdbio_benches::{bench_data_dir, env_usize, results_dir};
+use lmdbio_benches::{bench_data_dir, caffe_plugin_or_skip, env_usize, load_average, results_dir};
 use lmdbio_testkit::Rng;
 
 const SIDE: usize = 128;
@@ -67,22 +67,9 @@ const CONFIGS: &[Config] = &[
 ];
 
 fn main() {
-    let caffe_ready = Path::new("/usr/bin/caffe").exists()
-        && Path::new("/usr/bin/convert_imageset").exists()
-        && Path::new("/usr/include/caffe/caffe.hpp").exists();
-    if !caffe_ready {
-        assert!(
-            std::env::var_os("LMDBIO_REQUIRE_CAFFE").is_none(),
-            "LMDBIO_REQUIRE_CAFFE is set but Caffe is not installed"
-        );
-        println!("caffe_plugin: SKIPPED (Caffe is not installed; run scripts/setup.sh)");
+    let Some(plugin) = caffe_plugin_or_skip("caffe_plugin", "convert_imageset") else {
         return;
-    }
-    // `cargo bench` builds the plugin (a dependency) into deps/ beside this
-    // program.
-    let exe = std::env::current_exe().unwrap();
-    let plugin = exe.parent().unwrap().join("libcaffe_lmdbio.so");
-    assert!(plugin.exists(), "no {}", plugin.display());
+    };
 
     let records = env_usize("LMDBIO_BENCH_RECORDS", 10_000);
     // A small database is the smoke run of scripts/test.sh: keep it short.
@@ -185,14 +172,6 @@ impl Summary {
     }
 }
 
-/// The 1-minute load average: how busy the (shared) machine was.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
-
 /// CPU seconds used by terminated children so far.
 fn children_cpu_seconds() -> f64 {
     // SAFETY: getrusage only writes the struct we pass.
@@ -275,17 +254,12 @@ fn jpeg_lmdb(records: usize) -> PathBuf {
     std::fs::create_dir_all(bench_data_dir()).unwrap();
     let partial = db.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
-    let out = Command::new("convert_imageset")
-        .args(["--encoded", "--encode_type=jpg"])
-        .arg(format!("{}/", images.path().display()))
-        .arg(&list_path)
-        .arg(&partial)
-        .output()
-        .expect("run convert_imageset");
-    assert!(
-        out.status.success(),
-        "convert_imageset failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    lmdbio_testkit::caffe_data::run_caffe_tool(
+        Command::new("convert_imageset")
+            .args(["--encoded", "--encode_type=jpg"])
+            .arg(format!("{}/", images.path().display()))
+            .arg(&list_path)
+            .arg(&partial),
     );
     std::fs::rename(&partial, &db).unwrap();
     db

@@ -31,6 +31,37 @@ pub fn results_dir() -> PathBuf {
     target_dir().join("bench-results")
 }
 
+/// The Caffe plugin `cargo bench` built beside this benchmark, or `None`
+/// (after saying why) when Caffe or its tool `tool` is not installed.
+/// Setting `LMDBIO_REQUIRE_CAFFE` turns the skip into a failure.
+pub fn caffe_plugin_or_skip(bench: &str, tool: &str) -> Option<PathBuf> {
+    let caffe_ready = Path::new("/usr/bin/caffe").exists()
+        && Path::new("/usr/bin").join(tool).exists()
+        && Path::new("/usr/include/caffe/caffe.hpp").exists();
+    if !caffe_ready {
+        assert!(
+            std::env::var_os("LMDBIO_REQUIRE_CAFFE").is_none(),
+            "LMDBIO_REQUIRE_CAFFE is set but Caffe is not installed"
+        );
+        println!("{bench}: SKIPPED (Caffe is not installed; run scripts/setup.sh)");
+        return None;
+    }
+    // The plugin is a dependency of this crate, so `cargo bench` builds it
+    // into deps/ beside the benchmark's executable.
+    let exe = std::env::current_exe().unwrap();
+    let plugin = exe.parent().unwrap().join("libcaffe_lmdbio.so");
+    assert!(plugin.exists(), "no {}", plugin.display());
+    Some(plugin)
+}
+
+/// The 1-minute load average: how busy the (shared) machine was.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// Reads a number from the environment, or `default` if unset.
 pub fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {

@@ -6,76 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use lmdbio_testkit as kit;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-/// The directory holding this build's `liblmdbio.so`, built on demand.
-fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>
-    let dir = exe.parent().unwrap().parent().unwrap().to_owned();
-    // Into the target directory and profile this test was built in (the
-    // directory may be a second one, for another MPI), with the same MPICC.
-    let mut args = vec!["build", "-q", "-p", "lmdbio", "--lib"];
-    if dir.file_name().is_some_and(|p| p == "release") {
-        args.push("--release");
-    }
-    let status = Command::new(env!("CARGO"))
-        .args(&args)
-        .env("CARGO_TARGET_DIR", dir.parent().unwrap())
-        .current_dir(workspace())
-        .status()
-        .expect("run cargo build for the cdylib");
-    assert!(status.success(), "building liblmdbio.so failed");
-    assert!(
-        dir.join("liblmdbio.so").exists(),
-        "no liblmdbio.so in {}",
-        dir.display()
-    );
-    // Programs record the library's SONAME and look for that name at run
-    // time; an installed tree has it as a link (scripts/install.sh).
-    let soname = dir.join("liblmdbio.so.0");
-    if std::fs::symlink_metadata(&soname).is_err() {
-        // Another test may make it at the same time.
-        let _ = std::os::unix::fs::symlink("liblmdbio.so", &soname);
-    }
-    dir
-}
+use lmdbio_testkit::c_programs::{compile_c, library_dir};
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
-}
-
-/// Compiles `tests/c/NAME.c` against the header and this build's library.
-fn compile(name: &str, work: &Path) -> PathBuf {
-    let lib = library_dir();
-    let exe = work.join(name);
-    let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc.mpich".into());
-    let out = Command::new(&mpicc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(workspace().join("include"))
-        .arg(workspace().join(format!("tests/c/{name}.c")))
-        .arg(format!("-L{}", lib.display()))
-        .arg("-llmdbio")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run mpicc");
-    assert!(
-        out.status.success(),
-        "{mpicc} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
 }
 
 /// liblmdb's records as the C programs' manifest: key hex, value length,
@@ -112,7 +48,7 @@ fn assert_c_program_passes(exe: &Path, fx: &kit::Fixture, manifest: &Path, n: us
 #[test]
 fn c_program_reads_two_epochs_and_checks_every_record() {
     let work = kit::TempDir::new().unwrap();
-    let exe = compile("read_two_epochs", work.path());
+    let exe = compile_c("read_two_epochs", work.path());
     for fx in [kit::caffe_style(777, 3000, 71), kit::churned(72)] {
         let manifest = write_manifest(&fx, work.path());
         for n in [1, 3, 4] {
@@ -124,7 +60,7 @@ fn c_program_reads_two_epochs_and_checks_every_record() {
 #[test]
 fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
     let work = kit::TempDir::new().unwrap();
-    let exe = compile("repartition", work.path());
+    let exe = compile_c("repartition", work.path());
     let fx = kit::caffe_style(777, 3000, 80);
     let manifest = write_manifest(&fx, work.path());
     for n in [2, 4] {
@@ -140,7 +76,7 @@ fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
 #[test]
 fn a_database_damaged_mid_job_fails_every_rank() {
     let work = kit::TempDir::new().unwrap();
-    let exe = compile("damaged_mid_job", work.path());
+    let exe = compile_c("damaged_mid_job", work.path());
     let fx = kit::caffe_style(400, 3000, 90);
     let manifest = write_manifest(&fx, work.path());
     let data = lmdbio::data_file_path(&fx.path).unwrap();

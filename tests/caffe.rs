@@ -78,56 +78,7 @@ impl Mode {
 /// position depends on `c`, so a tiny net learns it within a few dozen
 /// iterations.
 fn mnist_lmdb(dir: &Path, n: usize, seed: u64) -> PathBuf {
-    digits_lmdb(dir, "mnist_lmdb", n, seed, 150, 120)
-}
-
-/// As [`mnist_lmdb`], into `dir/name`, with the bar's brightness `on` (the
-/// background is 40) and uniform pixel noise of width `noise`.
-fn digits_lmdb(dir: &Path, name: &str, n: usize, seed: u64, on: i64, noise: u64) -> PathBuf {
-    let mut rng = kit::Rng::new(seed);
-    let mut images = Vec::with_capacity(16 + n * 784);
-    for word in [0x803u32, n as u32, 28, 28] {
-        images.extend_from_slice(&word.to_be_bytes());
-    }
-    let mut labels = Vec::with_capacity(8 + n);
-    for word in [0x801u32, n as u32] {
-        labels.extend_from_slice(&word.to_be_bytes());
-    }
-    for _ in 0..n {
-        let class = rng.below(10) as usize;
-        labels.push(class as u8);
-        for y in 0..28 {
-            for x in 0..28 {
-                let lit = if class < 5 {
-                    y / 5 == class
-                } else {
-                    x / 5 == class - 5
-                };
-                let base: i64 = if lit { on } else { 40 };
-                let noisy = base + rng.below(noise) as i64 - (noise / 2) as i64;
-                images.push(noisy.clamp(0, 255) as u8);
-            }
-        }
-    }
-    let (img, lab) = (
-        dir.join(format!("{name}.images.idx")),
-        dir.join(format!("{name}.labels.idx")),
-    );
-    std::fs::write(&img, images).unwrap();
-    std::fs::write(&lab, labels).unwrap();
-    let db = dir.join(name);
-    let out = Command::new("convert_mnist_data")
-        .arg(&img)
-        .arg(&lab)
-        .arg(&db)
-        .output()
-        .expect("run convert_mnist_data");
-    assert!(
-        out.status.success(),
-        "convert_mnist_data failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    db
+    kit::caffe_data::digits_lmdb(dir, "mnist_lmdb", n, seed, 150, 120)
 }
 
 /// `n` 32x32 colour images (binary PPM) of 10 classes, stored PNG-encoded
@@ -166,17 +117,11 @@ fn encoded_image_lmdb(dir: &Path, n: usize, seed: u64, preload: Option<&Path>) -
     if let Some(plugin) = preload {
         cmd.env("LD_PRELOAD", plugin);
     }
-    let out = cmd
-        .args(["--encoded", "--encode_type=png"])
-        .arg(format!("{}/", images.display()))
-        .arg(dir.join("list.txt"))
-        .arg(&db)
-        .output()
-        .expect("run convert_imageset");
-    assert!(
-        out.status.success(),
-        "convert_imageset failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    kit::caffe_data::run_caffe_tool(
+        cmd.args(["--encoded", "--encode_type=png"])
+            .arg(format!("{}/", images.display()))
+            .arg(dir.join("list.txt"))
+            .arg(&db),
     );
     db
 }
@@ -881,8 +826,8 @@ fn ranks_train_one_model_like_one_process_with_the_global_batch() {
     // Dim bars in strong noise: the net is still learning (test accuracy
     // about 0.7) after 500 iterations, so a different optimisation shows.
     // 1999 records: no per-rank share is the same from epoch to epoch.
-    let train_db = digits_lmdb(work.path(), "train_lmdb", 1999, 21, 70, 400);
-    let test_db = digits_lmdb(work.path(), "test_lmdb", 1000, 22, 70, 400);
+    let train_db = kit::caffe_data::digits_lmdb(work.path(), "train_lmdb", 1999, 21, 70, 400);
+    let test_db = kit::caffe_data::digits_lmdb(work.path(), "test_lmdb", 1000, 22, 70, 400);
     let run = |ranks: usize, max_iter: usize, layer: &str, env: &[(&str, &str)]| {
         let spec = ParallelRun {
             train: &train_db,

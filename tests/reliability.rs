@@ -482,53 +482,6 @@ fn a_launcher_of_another_mpi_is_refused() {
 // Item 5: C ABI options bounded; cursors carry the database's identity.
 
 /// This build's `liblmdbio.so`, built on demand into the same target.
-fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_owned();
-    let mut args = vec!["build", "-q", "-p", "lmdbio", "--lib"];
-    if dir.file_name().is_some_and(|p| p == "release") {
-        args.push("--release");
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let status = Command::new(env!("CARGO"))
-        .args(&args)
-        .env("CARGO_TARGET_DIR", dir.parent().unwrap())
-        .current_dir(workspace)
-        .status()
-        .expect("run cargo build for the cdylib");
-    assert!(status.success(), "building liblmdbio.so failed");
-    // Programs link the soname (as tests/c_abi.rs does).
-    let soname = dir.join("liblmdbio.so.0");
-    if std::fs::symlink_metadata(&soname).is_err() {
-        let _ = std::os::unix::fs::symlink("liblmdbio.so", &soname);
-    }
-    dir
-}
-
-fn compile_c(name: &str, work: &Path) -> PathBuf {
-    let lib = library_dir();
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let exe = work.join(name);
-    let out = Command::new("mpicc.mpich")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(workspace.join("include"))
-        .arg(workspace.join(format!("tests/c/{name}.c")))
-        .arg(format!("-L{}", lib.display()))
-        .arg("-llmdbio")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run mpicc.mpich");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
-}
-
 #[test]
 fn absurd_c_options_are_refused_without_allocating_and_foreign_cursors_too() {
     let db = kit::caffe_style(300, 100, 11);
@@ -542,7 +495,7 @@ fn absurd_c_options_are_refused_without_allocating_and_foreign_cursors_too() {
     kit::put_all(&env, main, &records, 1000);
     drop(env);
     let work = TempDir::new().unwrap();
-    let exe = compile_c("absurd_options", work.path());
+    let exe = kit::c_programs::compile_c("absurd_options", work.path());
     // 1 GiB of address space per process: a batch of 1e8 records (1.6 GB
     // of bookkeeping) could not even be attempted.
     let mut cmd = Command::new("prlimit");

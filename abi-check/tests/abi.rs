@@ -3,42 +3,16 @@
 //! side defines, and the C compiler's own view of the structs' layouts.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use lmdbio::ErrorKind;
 use lmdbio_abi_check::{header_constant, HEADER_CONSTANTS, HEADER_FUNCTIONS};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-/// This build's `liblmdbio.so`, built on demand into the target directory
-/// and profile this test was built in.
-fn shared_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>
-    let dir = exe.parent().unwrap().parent().unwrap().to_owned();
-    let mut args = vec!["build", "-q", "-p", "lmdbio", "--lib"];
-    if dir.file_name().is_some_and(|p| p == "release") {
-        args.push("--release");
-    }
-    let status = Command::new(env!("CARGO"))
-        .args(&args)
-        .env("CARGO_TARGET_DIR", dir.parent().unwrap())
-        .current_dir(workspace())
-        .status()
-        .expect("run cargo build for the cdylib");
-    assert!(status.success(), "building liblmdbio.so failed");
-    dir.join("liblmdbio.so")
-}
+use lmdbio_testkit::c_programs::workspace;
 
 #[test]
 fn the_shared_library_exports_exactly_the_header_functions() {
-    let lib = shared_library();
+    let lib = lmdbio_testkit::c_programs::library_dir().join("liblmdbio.so");
     let out = Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(&lib)

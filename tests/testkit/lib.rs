@@ -10,6 +10,8 @@ use lmdb::{Cursor, DatabaseFlags, Environment, EnvironmentFlags, Transaction, Wr
 
 pub use tempfile::TempDir;
 
+pub mod c_programs;
+pub mod caffe_data;
 pub mod images;
 
 /// A small, fast, seeded generator (xorshift64*): tests need repeatable
