@@ -1195,6 +1195,73 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
     assert_eq!(opens("raw-node"), 1.0);
 }
 
+/// `runs[].per_epoch[]`: a row for every epoch, each with the keys outside
+/// checks read, the database bytes adding up to the run's bytes read.
+#[test]
+fn per_epoch_rows_cover_every_epoch_and_add_up_to_the_run() {
+    let fx = kit::caffe_style(600, 4000, 81);
+    let cases: [(usize, &[&str]); 2] = [
+        (2, &["--ranks-per-node", "1"]),
+        (4, &["--ranks-per-node", "2", "--shuffle", "3"]),
+    ];
+    for (n, extra) in cases {
+        let mut args = vec![
+            "--epochs",
+            "3",
+            "--batch",
+            "7",
+            "--method",
+            "lmdbio",
+            "--method",
+            "lmdb-skip",
+            "--method",
+            "raw",
+        ];
+        args.extend_from_slice(extra);
+        args.push(fx.path.to_str().unwrap());
+        let doc = bench_json(n, &args);
+        let f = |v: &serde_json::Value, k: &str| {
+            v[k].as_f64()
+                .unwrap_or_else(|| panic!("{k} missing in {v}"))
+        };
+        for (method, epochs) in [("lmdbio", 3), ("lmdb-skip", 3), ("raw", 1)] {
+            let run = method_run(&doc, method);
+            let rows = run["per_epoch"].as_array().unwrap();
+            let listed: Vec<u64> = rows.iter().map(|r| r["epoch"].as_u64().unwrap()).collect();
+            assert_eq!(listed, (0..epochs).collect::<Vec<_>>(), "{method} -n {n}");
+            for r in rows {
+                assert!(f(r, "mb_per_s") > 0.0, "{method}: {r}");
+                assert_eq!(f(r, "stage_bytes_read_per_node"), 0.0);
+                assert_eq!(f(r, "remote_bytes_received_per_node"), 0.0);
+            }
+            if method != "lmdbio" {
+                continue;
+            }
+            let db: f64 = rows.iter().map(|r| f(r, "db_bytes_read_per_node")).sum();
+            let total = f(run, "bytes_read_per_node");
+            assert!(
+                (db - total).abs() < 1e-6 * total,
+                "-n {n}: epochs read {db} bytes per node, the run {total}"
+            );
+            let delivered: u64 = rows
+                .iter()
+                .map(|r| r["bytes_delivered"].as_u64().unwrap())
+                .sum();
+            assert_eq!(delivered, run["bytes_delivered"].as_u64().unwrap());
+            // Every value is read in rounds (no value fits a leaf page), so
+            // every epoch reads at least what it delivers, per node.
+            let nodes = f(run, "nodes");
+            for r in rows {
+                assert!(
+                    f(r, "db_bytes_read_per_node") * nodes
+                        >= r["bytes_delivered"].as_u64().unwrap() as f64,
+                    "-n {n}: {r}"
+                );
+            }
+        }
+    }
+}
+
 /// The node communicators and the shared window are made once per process
 /// (before the timed runs by `prepare`, or by the first open) and kept
 /// between engines with the window's memory, which `prepare` maps ahead

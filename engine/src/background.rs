@@ -119,7 +119,7 @@ pub(crate) struct Publish<'a> {
 /// run complete or with the failure (also when the read unwinds), so that
 /// no rank waits for a read that stopped. The read is counted in `tally`
 /// before its last run is published; nothing is published once the
-/// snapshot check fails.
+/// snapshot check fails. `by_epoch` is the runs' bytes by epoch.
 pub(crate) fn read_and_publish(
     file: &DataFile,
     runs: &[ReadRun],
@@ -127,7 +127,7 @@ pub(crate) fn read_and_publish(
     dest: WindowRange,
     streams: usize,
     publish: Publish,
-    bytes: u64,
+    by_epoch: &[(u64, u64)],
 ) -> Result<RunsRead> {
     let Publish {
         progress,
@@ -166,7 +166,7 @@ pub(crate) fn read_and_publish(
             "the snapshot check failed, then passed".into(),
         ));
     }
-    tally.add(bytes, read);
+    tally.add(by_epoch, read);
     progress.complete(all);
     guard.1 = true;
     Ok(read)

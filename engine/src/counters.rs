@@ -1,5 +1,5 @@
-//! What the engine counts: per-rank counters, and the tally its read
-//! threads keep.
+//! What the engine counts: per-rank counters, the same per epoch, and
+//! the tally its read threads keep.
 
 use crate::data_file::RunsRead;
 
@@ -44,6 +44,81 @@ pub struct Counters {
     pub direct_read_requests: u64,
 }
 
+/// One epoch's share of a rank's work ([`Engine::epoch_counters`](crate::Engine::epoch_counters)).
+/// Bytes read are counted by the epoch of the records they were read for:
+/// a read request holding records of two epochs (where a round crosses an
+/// epoch's end) counts for the earlier one, and the tree pages read to
+/// build the index count for the job's first epoch, so the epochs'
+/// `db_bytes_read` add up to [`Counters::bytes_read`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EpochCounters {
+    /// The epoch, counted as [`BatchRecord::epoch`](crate::BatchRecord::epoch).
+    pub epoch: u64,
+    /// Bytes this rank read from the database file for this epoch.
+    pub db_bytes_read: u64,
+    /// Bytes this rank read from its node's stage for this epoch.
+    pub stage_bytes_read: u64,
+    /// Bytes this rank received from other nodes for this epoch.
+    pub remote_bytes_received: u64,
+    /// Records of this epoch handed to the caller.
+    pub records: u64,
+    /// Value bytes of this epoch handed to the caller.
+    pub bytes_delivered: u64,
+    /// Wall seconds this rank spent on the epoch: from the engine's open
+    /// (the first epoch) or the previous step's delivery to the delivery of
+    /// each step, a step holding records of two epochs split between them
+    /// by records. The caller's work between steps counts too, so the
+    /// epochs add up to the time from open to the last batch.
+    pub seconds: f64,
+}
+
+/// Where bytes counted for an epoch came from.
+#[allow(dead_code)] // the stage's reads and the exchange between nodes count as these
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EpochSource {
+    /// The database file (the shared file system).
+    Database,
+    /// This node's stage.
+    Stage,
+    /// Another node, over MPI.
+    Remote,
+}
+
+/// The entry of `epoch` in `list` (kept sorted by epoch), made if missing.
+pub(crate) fn epoch_entry(list: &mut Vec<EpochCounters>, epoch: u64) -> &mut EpochCounters {
+    let at = match list.binary_search_by_key(&epoch, |e| e.epoch) {
+        Ok(i) => i,
+        Err(i) => {
+            list.insert(
+                i,
+                EpochCounters {
+                    epoch,
+                    ..Default::default()
+                },
+            );
+            i
+        }
+    };
+    &mut list[at]
+}
+
+/// `b`'s counts added into `a` (same epochs merged; sorted by epoch).
+pub(crate) fn merge_epochs(a: &mut Vec<EpochCounters>, b: &[EpochCounters]) {
+    for e in b {
+        let t = epoch_entry(a, e.epoch);
+        t.db_bytes_read += e.db_bytes_read;
+        t.stage_bytes_read += e.stage_bytes_read;
+        t.remote_bytes_received += e.remote_bytes_received;
+        t.records += e.records;
+        t.bytes_delivered += e.bytes_delivered;
+        t.seconds += e.seconds;
+    }
+}
+
+/// Bytes of one read, by the epoch of the records they hold: `(epoch,
+/// bytes)` pairs.
+pub(crate) type BytesByEpoch = Vec<(u64, u64)>;
+
 /// What this reader's reads of values did, counted by the read threads
 /// as each read ends: before the read's last run is published, so a rank
 /// that has seen the data also sees it counted, even in a round the job
@@ -53,14 +128,43 @@ pub(crate) struct ReadTally {
     pub(crate) bytes: std::sync::atomic::AtomicU64,
     pub(crate) requests: std::sync::atomic::AtomicU64,
     pub(crate) direct_requests: std::sync::atomic::AtomicU64,
+    /// The bytes by epoch and by where they came from.
+    pub(crate) epochs: std::sync::Mutex<Vec<EpochCounters>>,
 }
 
 impl ReadTally {
-    pub(crate) fn add(&self, bytes: u64, n: RunsRead) {
+    /// A read of the database file: `by_epoch` adds up to its bytes.
+    pub(crate) fn add(&self, by_epoch: &[(u64, u64)], n: RunsRead) {
         use std::sync::atomic::Ordering::Relaxed;
+        let bytes = by_epoch.iter().map(|&(_, b)| b).sum();
         self.bytes.fetch_add(bytes, Relaxed);
         self.requests.fetch_add(n.requests, Relaxed);
         self.direct_requests.fetch_add(n.direct_requests, Relaxed);
+        for &(epoch, b) in by_epoch {
+            self.add_epoch_bytes(epoch, EpochSource::Database, b);
+        }
+    }
+
+    /// Counts `bytes` from `source` for `epoch` (per epoch only: a read of
+    /// the database file goes through [`ReadTally::add`], which also counts
+    /// it in the totals). The stage's reads and the bytes other nodes send
+    /// are counted here.
+    pub(crate) fn add_epoch_bytes(&self, epoch: u64, source: EpochSource, bytes: u64) {
+        let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        let e = epoch_entry(&mut epochs, epoch);
+        match source {
+            EpochSource::Database => e.db_bytes_read += bytes,
+            EpochSource::Stage => e.stage_bytes_read += bytes,
+            EpochSource::Remote => e.remote_bytes_received += bytes,
+        }
+    }
+
+    /// The per-epoch counts so far.
+    pub(crate) fn epochs(&self) -> Vec<EpochCounters> {
+        self.epochs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// `c` with these reads added.
@@ -70,5 +174,36 @@ impl ReadTally {
         c.read_requests += self.requests.load(Relaxed);
         c.direct_read_requests += self.direct_requests.load(Relaxed);
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_counts_stay_sorted_and_add_up_to_the_totals() {
+        let tally = ReadTally::default();
+        tally.add(&[(2, 100), (1, 30)], RunsRead::default());
+        tally.add(&[(1, 5)], RunsRead::default());
+        tally.add_epoch_bytes(3, EpochSource::Stage, 7);
+        tally.add_epoch_bytes(1, EpochSource::Remote, 9);
+        let e = tally.epochs();
+        assert_eq!(e.iter().map(|e| e.epoch).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!((e[0].db_bytes_read, e[0].remote_bytes_received), (35, 9));
+        assert_eq!((e[1].db_bytes_read, e[2].stage_bytes_read), (100, 7));
+        let c = tally.added_to(Counters::default());
+        assert_eq!(
+            c.bytes_read, 135,
+            "stage and remote bytes are not file reads"
+        );
+        let mut merged = vec![EpochCounters {
+            epoch: 2,
+            records: 4,
+            ..Default::default()
+        }];
+        merge_epochs(&mut merged, &e);
+        assert_eq!(merged.len(), 3);
+        assert_eq!((merged[1].records, merged[1].db_bytes_read), (4, 100));
     }
 }

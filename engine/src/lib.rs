@@ -61,7 +61,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use batch::{Batch, BatchRecord};
-pub use counters::Counters;
+pub use counters::{Counters, EpochCounters};
 pub use data_file::DirectIo;
 pub use options::{
     EngineOptions, DEFAULT_HINTS, DEFAULT_INLINE_PAGES_BYTES, DEFAULT_PREFETCH,
@@ -71,7 +71,7 @@ pub use topology::{prepare, release_memory};
 
 use agree::agree_ok;
 use background::ReadFinished;
-use counters::ReadTally;
+use counters::{EpochSource, ReadTally};
 use data_file::DataFile;
 use node_memory::NodeMemory;
 use round::Round;
@@ -113,6 +113,14 @@ pub struct Engine {
     /// no step cursor can resume right after it.
     cut_by_epoch_limit: bool,
     counters: Counters,
+    /// What this rank was handed per epoch and the time it took (the
+    /// bytes read per epoch are in `tally`).
+    delivered_by_epoch: Vec<EpochCounters>,
+    /// When the last step was delivered (at first: when open started), the
+    /// start of the next step's time.
+    step_clock: std::time::Instant,
+    /// The epoch of this rank's first step: the index's reads count for it.
+    first_epoch: u64,
     /// This reader's value reads, counted by its read threads.
     tally: Arc<ReadTally>,
     /// The latest round read started on a helper thread. The next one
@@ -274,6 +282,25 @@ impl Engine {
     /// This rank's counters so far, its read threads' tally included.
     pub fn counters(&self) -> Counters {
         self.tally.added_to(self.counters)
+    }
+
+    /// This rank's counters per epoch so far, sorted by epoch, for every
+    /// epoch it read or was handed records of (see [`EpochCounters`]).
+    pub fn epoch_counters(&self) -> Vec<EpochCounters> {
+        let mut epochs = self.tally.epochs();
+        if self.counters.index_bytes_read > 0 {
+            counters::epoch_entry(&mut epochs, self.first_epoch).db_bytes_read +=
+                self.counters.index_bytes_read;
+        }
+        counters::merge_epochs(&mut epochs, &self.delivered_by_epoch);
+        epochs
+    }
+
+    /// Counts `bytes` from `source` for `epoch` in [`Engine::epoch_counters`]
+    /// (read threads count through their clone of `tally`).
+    #[allow(dead_code)] // the stage's reads and exchanges count here
+    pub(crate) fn count_epoch_bytes(&self, epoch: u64, source: EpochSource, bytes: u64) {
+        self.tally.add_epoch_bytes(epoch, source, bytes);
     }
 
     /// The sums of the node's counters, on every rank of the node.

@@ -136,6 +136,7 @@ impl Engine {
     /// Opens `path` (database directory or data file) on every rank of
     /// `comm`. Collective; any rank's failure fails every rank.
     pub fn open(comm: RawComm, path: &Path, mut options: EngineOptions) -> Result<Engine> {
+        let started = std::time::Instant::now();
         let caller = Comm::caller(comm)?;
         let same = crate::same_inputs::Inputs::of(Some(path), &options);
         let (mut topology, topology_made) = topology::take(
@@ -161,8 +162,16 @@ impl Engine {
             let steps = opened.schedule.steps_for_epochs(epochs);
             options.step_limit = Some(options.step_limit.map_or(steps, |s| s.min(steps)));
         }
+        let first_epoch = opened
+            .schedule
+            .batch_slots(topology.world().rank() as u64, opened.step)
+            .first()
+            .map_or(0, |s| s.epoch);
         Ok(Engine {
             pending: None,
+            delivered_by_epoch: Vec::new(),
+            step_clock: started,
+            first_epoch,
             threaded_reads,
             counters: Counters {
                 file_opens: opened.file.as_ref().map_or(0, |f| f.opens()),

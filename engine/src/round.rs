@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::background::{
     read_and_publish, BackgroundRead, FinishOnDrop, InFlight, Publish, ReadFinished,
 };
+use crate::counters::BytesByEpoch;
 use crate::data_file::{DataFile, RunsRead, WindowRange};
 use crate::options::MACHINE_READ_STREAMS;
 use crate::round_planner::{Area, RoundPlanner};
@@ -27,6 +28,8 @@ pub(crate) struct SpanOwner {
     pub(crate) step: usize,
     /// Node member (node rank).
     pub(crate) member: usize,
+    /// The epoch of the record (reads are counted by epoch).
+    pub(crate) epoch: u64,
 }
 
 /// A round's records and read plan.
@@ -90,6 +93,44 @@ pub(crate) struct MyReads {
     pub(crate) order: Vec<usize>,
     /// Window offset of the round's area.
     pub(crate) base: u64,
+    /// The runs' bytes by the epoch of the records they hold.
+    pub(crate) by_epoch: BytesByEpoch,
+}
+
+/// The bytes of `plan.runs[mine]` by epoch: each run counts for the
+/// earliest epoch among the records it holds. `span_epochs` gives each of
+/// the plan's spans' epoch, in the plan's order.
+fn run_bytes_by_epoch(
+    plan: &ReadPlan,
+    span_epochs: &[u64],
+    mine: std::ops::Range<usize>,
+) -> BytesByEpoch {
+    let runs = &plan.runs[mine.clone()];
+    let mut epoch_of = vec![u64::MAX; runs.len()];
+    for (p, &epoch) in plan.placements.iter().zip(span_epochs) {
+        let k = runs.partition_point(|r| r.buf_offset + r.len <= p.buf_offset);
+        if let Some(e) = epoch_of
+            .get_mut(k)
+            .filter(|_| runs[k].buf_offset <= p.buf_offset)
+        {
+            *e = (*e).min(epoch);
+        }
+    }
+    let mut out: BytesByEpoch = Vec::new();
+    for (r, e) in runs.iter().zip(epoch_of) {
+        // Every run holds a span; a run without one would count for the
+        // epoch before it.
+        let e = if e == u64::MAX {
+            out.last().map_or(0, |&(e, _)| e)
+        } else {
+            e
+        };
+        match out.iter_mut().find(|(x, _)| *x == e) {
+            Some((_, b)) => *b += r.len,
+            None => out.push((e, r.len)),
+        }
+    }
+    out
 }
 
 /// Progress words the window holds: one per reader (at most one per node
@@ -175,6 +216,7 @@ impl Engine {
                         owners.push(SpanOwner {
                             step: s as usize,
                             member: m,
+                            epoch: slot.epoch,
                         });
                     },
                 );
@@ -315,12 +357,8 @@ impl Engine {
         let io_start = Instant::now();
         let readers = self.node_readers();
         let members = held(&self.parts).topology.members.len();
-        let span_steps: Vec<usize> = owners
-            .iter()
-            .zip(&kept)
-            .filter(|(_, k)| k.is_none())
-            .map(|(o, _)| o.step)
-            .collect();
+        let read_owners = || owners.iter().zip(&kept).filter(|(_, k)| k.is_none());
+        let span_steps: Vec<usize> = read_owners().map(|(o, _)| o.step).collect();
         let ReadSchedule {
             groups,
             mut order,
@@ -350,10 +388,12 @@ impl Engine {
         };
         let me = held(&self.parts).topology.node.rank();
         if me < readers && held(&self.parts).topology.readers.is_some() {
+            let span_epochs: Vec<u64> = read_owners().map(|(o, _)| o.epoch).collect();
             let mine = MyReads {
                 runs: plan.runs[groups[me].clone()].to_vec(),
                 order: std::mem::take(&mut order[me]),
                 base,
+                by_epoch: run_bytes_by_epoch(&plan, &span_epochs, groups[me].clone()),
             };
             if let Err(e) = agree::local(|| self.start_my_reads(&mut round, mine)) {
                 self.progress(area, me, tag).fail();
@@ -398,7 +438,12 @@ impl Engine {
             return Err(Error::Internal("a reader without its data file".into()));
         };
         let progress = self.progress(round.area, parts.topology.node.rank(), round.tag);
-        let MyReads { runs, order, base } = mine;
+        let MyReads {
+            runs,
+            order,
+            base,
+            by_epoch,
+        } = mine;
         let (lo, hi) = match (runs.first(), runs.last()) {
             (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
             _ => (base, base),
@@ -426,7 +471,6 @@ impl Engine {
         let phases = readers.size().div_ceil(group);
         let my_phase = readers.rank() / group;
         let own = matches!(**file, DataFile::Own(_));
-        let bytes = len as u64;
         if phases == 1 && self.options.overlap {
             let file = Arc::clone(file);
             let tally = Arc::clone(&self.tally);
@@ -445,7 +489,7 @@ impl Engine {
                     tally: &tally,
                     snapshot: snapshot.as_deref(),
                 };
-                read_and_publish(&file, &runs, &order, dest, streams, publish, bytes)
+                read_and_publish(&file, &runs, &order, dest, streams, publish, &by_epoch)
             };
             round.read = Some(if own || self.threaded_reads {
                 InFlight::Thread(Some(std::thread::spawn(read)))
@@ -466,7 +510,7 @@ impl Engine {
                     tally: &self.tally,
                     snapshot: self.snapshot.as_deref(),
                 };
-                read_and_publish(file, &runs, &order, dest, streams, publish, bytes)
+                read_and_publish(file, &runs, &order, dest, streams, publish, &by_epoch)
             } else if !own {
                 // SAFETY: an empty range.
                 let nothing = unsafe { WindowRange::new(buf, 0) };

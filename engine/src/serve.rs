@@ -74,6 +74,7 @@ impl Engine {
         self.cut_by_epoch_limit |= delivered.cut;
         self.counters.records_delivered += self.batch.len() as u64;
         self.counters.bytes_delivered += delivered.bytes;
+        self.count_step_by_epoch();
         self.step += 1;
         // The job's first round starts the read after it once its first
         // step is served, so that step does not share the storage (later
@@ -94,6 +95,27 @@ impl Engine {
             self.counters.wait_seconds += waited.elapsed().as_secs_f64();
         }
         Ok(())
+    }
+
+    /// Adds the batch just placed to the per-epoch counts: its records and
+    /// bytes, and the time since the step before, split between its
+    /// epochs by records (all of it to the last epoch for an empty batch).
+    fn count_step_by_epoch(&mut self) {
+        let now = std::time::Instant::now();
+        let seconds = now.duration_since(self.step_clock).as_secs_f64();
+        self.step_clock = now;
+        let list = &mut self.delivered_by_epoch;
+        if self.batch.is_empty() {
+            crate::counters::epoch_entry(list, self.last_epoch).seconds += seconds;
+            return;
+        }
+        let share = seconds / self.batch.len() as f64;
+        for r in &self.batch {
+            let e = crate::counters::epoch_entry(list, r.epoch);
+            e.records += 1;
+            e.bytes_delivered += r.value.1 as u64;
+            e.seconds += share;
+        }
     }
 
     /// Independent reads: serves step `t` as soon as this node's bytes for

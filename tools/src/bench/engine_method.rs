@@ -12,7 +12,7 @@ use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
 use super::progress::Progress;
-use super::report::Measurement;
+use super::report::{EpochMeasurement, Measurement};
 use super::{hex, touch, Args};
 use crate::CommandError;
 
@@ -136,5 +136,17 @@ pub fn run(
     m.setup_made = c.setup_made;
     m.read_wait_s = c.io_seconds;
     m.agreement_wait_s = c.wait_seconds;
+    m.per_epoch = engine
+        .epoch_counters()
+        .iter()
+        .map(|e| EpochMeasurement {
+            epoch: e.epoch,
+            delivered_bytes: e.bytes_delivered,
+            seconds: e.seconds,
+            db_bytes_read: e.db_bytes_read,
+            stage_bytes_read: e.stage_bytes_read,
+            remote_bytes_received: e.remote_bytes_received,
+        })
+        .collect();
     Ok(m)
 }

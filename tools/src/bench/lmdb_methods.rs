@@ -12,7 +12,7 @@ use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
 use super::progress::Progress;
-use super::report::Measurement;
+use super::report::{EpochMeasurement, Measurement};
 use super::sys::ProcessCounters;
 use super::{hex, touch, Args};
 use crate::CommandError;
@@ -70,7 +70,9 @@ pub fn run(
     // The contiguous block of the engine's default partition.
     let (first, count) = lmdbio::schedule::contiguous_block(records, ranks, rank);
     let mut checksum = 0u64;
+    let mut epoch_start = (opened, before);
     for epoch in 0..args.epochs {
+        let delivered_before = m.delivered_bytes;
         let mut cursor = txn.open_ro_cursor(db).map_err(lmdb_error)?;
         for (i, item) in cursor.iter_start().enumerate() {
             let i = i as u64;
@@ -109,6 +111,16 @@ pub fn run(
                 )?;
             }
         }
+        drop(cursor);
+        let now = (Instant::now(), ProcessCounters::now());
+        m.per_epoch.push(EpochMeasurement {
+            epoch,
+            delivered_bytes: m.delivered_bytes - delivered_before,
+            seconds: now.0.duration_since(epoch_start.0).as_secs_f64(),
+            db_bytes_read: now.1.since(epoch_start.1).storage_read_bytes,
+            ..Default::default()
+        });
+        epoch_start = now;
     }
     if let Some(mut t) = trace {
         t.flush()?;

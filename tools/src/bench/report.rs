@@ -7,8 +7,23 @@ use serde::Serialize;
 
 use super::sys::ProcessCounters;
 
-/// What one rank measured for one method.
+/// What one rank measured of one epoch of a method's run.
 #[derive(Debug, Clone, Copy, Default)]
+pub struct EpochMeasurement {
+    pub epoch: u64,
+    pub delivered_bytes: u64,
+    /// This rank's wall time on the epoch (see `EpochCounters::seconds`).
+    pub seconds: f64,
+    /// Bytes read from the database file for the epoch.
+    pub db_bytes_read: u64,
+    /// Bytes read from the node's stage for the epoch.
+    pub stage_bytes_read: u64,
+    /// Bytes received from other nodes for the epoch.
+    pub remote_bytes_received: u64,
+}
+
+/// What one rank measured for one method.
+#[derive(Debug, Clone, Default)]
 pub struct Measurement {
     pub records_in_db: u64,
     pub delivered_bytes: u64,
@@ -41,6 +56,9 @@ pub struct Measurement {
     /// `wait_seconds`).
     pub read_wait_s: f64,
     pub agreement_wait_s: f64,
+    /// The run by epoch, sorted by epoch (a method that reads the file
+    /// once, as `raw` does, has one).
+    pub per_epoch: Vec<EpochMeasurement>,
 }
 
 /// The job's shape, for per-node figures.
@@ -104,6 +122,64 @@ impl<'w> Context<'w> {
         out
     }
 
+    fn sum_all(&self, v: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; v.len()];
+        self.world
+            .all_reduce_into(v, &mut out[..], SystemOperation::sum());
+        out
+    }
+
+    fn max_all(&self, v: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; v.len()];
+        self.world
+            .all_reduce_into(v, &mut out[..], SystemOperation::max());
+        out
+    }
+
+    /// Collective: one row per epoch from the first to the last that any
+    /// rank measured. Bytes are summed over the ranks and given per node;
+    /// an epoch's time is its slowest rank's.
+    fn per_epoch(&self, mine: &[EpochMeasurement]) -> Vec<EpochRow> {
+        let first = -self.max(-(mine.first().map_or(f64::MAX, |e| e.epoch as f64)));
+        let end = self.max(mine.last().map_or(0.0, |e| e.epoch as f64 + 1.0));
+        if end <= first {
+            return Vec::new();
+        }
+        let (first, end) = (first as u64, end as u64);
+        let n = (end - first) as usize;
+        let mut fields = vec![0.0; 5 * n];
+        let mut seconds = vec![0.0; n];
+        for e in mine {
+            let i = (e.epoch - first) as usize;
+            seconds[i] = e.seconds;
+            for (k, v) in [
+                e.delivered_bytes,
+                e.db_bytes_read,
+                e.stage_bytes_read,
+                e.remote_bytes_received,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                fields[k * n + i] = v as f64;
+            }
+        }
+        let sums = self.sum_all(&fields);
+        let seconds = self.max_all(&seconds);
+        let nodes = self.nodes.max(1) as f64;
+        (0..n)
+            .map(|i| EpochRow {
+                epoch: first + i as u64,
+                mb_per_s: sums[i] / 1e6 / seconds[i].max(1e-9),
+                seconds: seconds[i],
+                bytes_delivered: sums[i] as u64,
+                db_bytes_read_per_node: sums[n + i] / nodes,
+                stage_bytes_read_per_node: sums[2 * n + i] / nodes,
+                remote_bytes_received_per_node: sums[3 * n + i] / nodes,
+            })
+            .collect()
+    }
+
     /// Collective: the row for one method (complete on rank 0).
     pub fn summarise(
         &self,
@@ -153,8 +229,25 @@ impl<'w> Context<'w> {
             repeats: 1,
             mb_per_s_min: mb_per_s,
             mb_per_s_max: mb_per_s,
+            per_epoch: self.per_epoch(&m.per_epoch),
         }
     }
+}
+
+/// One epoch of a method's run (`runs[].per_epoch[]` in the JSON).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EpochRow {
+    pub epoch: u64,
+    /// The epoch's bytes delivered over its time.
+    pub mb_per_s: f64,
+    pub seconds: f64,
+    pub bytes_delivered: u64,
+    /// Bytes read from the database file for the epoch.
+    pub db_bytes_read_per_node: f64,
+    /// Bytes read from the node's stage for the epoch.
+    pub stage_bytes_read_per_node: f64,
+    /// Bytes received from other nodes for the epoch.
+    pub remote_bytes_received_per_node: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -216,6 +309,8 @@ pub struct Run {
     pub repeats: usize,
     pub mb_per_s_min: f64,
     pub mb_per_s_max: f64,
+    /// The run by epoch.
+    pub per_epoch: Vec<EpochRow>,
 }
 
 /// One row per method, in `methods` order: the run with the median
@@ -348,6 +443,22 @@ pub fn print_table(runs: &[Run], storage_limit: Option<StorageLimit>) {
                 "  {:<10} {:>8.1} .. {:<8.1} ({} runs)",
                 r.method, r.mb_per_s_min, r.mb_per_s_max, r.repeats
             );
+        }
+    }
+    if runs.iter().any(|r| r.per_epoch.len() > 1) {
+        println!("per epoch: MB/s, and MiB per node read from the database file, read from the stage, received from other nodes:");
+        for r in runs.iter().filter(|r| r.per_epoch.len() > 1) {
+            for e in &r.per_epoch {
+                println!(
+                    "  {:<10} epoch {:>3} {:>8.1} MB/s {:>9.1} db {:>9.1} stage {:>9.1} remote",
+                    r.method,
+                    e.epoch,
+                    e.mb_per_s,
+                    mib(e.db_bytes_read_per_node),
+                    mib(e.stage_bytes_read_per_node),
+                    mib(e.remote_bytes_received_per_node)
+                );
+            }
         }
     }
     if let Some(limit) = storage_limit {
