@@ -42,6 +42,11 @@ pub struct Counters {
     pub setup_made: u64,
     /// Of `read_requests`, those read around the page cache (direct I/O).
     pub direct_read_requests: u64,
+    /// Reader slots held in liblmdb's lock file for the job's snapshot
+    /// (1 on a reader whose snapshot liblmdb writers on its machine keep;
+    /// 0 where a change is only detected: see
+    /// [`Engine::snapshot_guard`](crate::Engine::snapshot_guard)).
+    pub reader_slots: u64,
 }
 
 /// One epoch's share of a rank's work ([`Engine::epoch_counters`](crate::Engine::epoch_counters)).

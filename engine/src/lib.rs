@@ -43,10 +43,12 @@ mod index_build;
 mod inline_pages;
 mod launcher;
 pub mod limits;
+mod lock_file;
 pub mod mpi_raw;
 mod node_memory;
 mod open;
 mod options;
+mod reader_slot;
 mod round;
 mod round_planner;
 mod same_inputs;
@@ -67,6 +69,7 @@ pub use options::{
     EngineOptions, DEFAULT_HINTS, DEFAULT_INLINE_PAGES_BYTES, DEFAULT_PREFETCH,
     MACHINE_READ_STREAMS,
 };
+pub use snapshot::SnapshotGuard;
 pub use topology::{prepare, release_memory};
 
 use agree::agree_ok;
@@ -191,6 +194,14 @@ impl Engine {
     /// Ranks on this rank's node.
     pub fn node_size(&self) -> usize {
         held(&self.parts).topology.node.size()
+    }
+
+    /// Whether this rank's snapshot is kept by a reader slot in liblmdb's
+    /// lock file or only checked (see docs/reliability.md).
+    pub fn snapshot_guard(&self) -> SnapshotGuard {
+        self.snapshot
+            .as_ref()
+            .map_or(SnapshotGuard::NotReader, |s| s.guard())
     }
 
     /// This rank is one of its node's `readers_per_node` readers.
@@ -322,6 +333,7 @@ impl Engine {
             (c.io_seconds * 1e6) as u64,
             (c.wait_seconds * 1e6) as u64,
             c.direct_read_requests,
+            c.reader_slots,
         ]
         .map(|v| v as i64);
         held(&self.parts)
@@ -342,6 +354,7 @@ impl Engine {
             wait_seconds: ints[8] as f64 / 1e6,
             setup_made: c.setup_made,
             direct_read_requests: ints[9] as u64,
+            reader_slots: ints[10] as u64,
         })
     }
 }

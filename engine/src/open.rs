@@ -106,6 +106,16 @@ impl Drop for Engine {
     }
 }
 
+/// A reader slot for the database at `path`, or why there is none.
+fn take_reader_slot(path: &Path) -> std::result::Result<crate::reader_slot::ReaderSlot, String> {
+    let data = data_file_path(path).map_err(|e| e.to_string())?;
+    crate::reader_slot::ReaderSlot::take(&data, || {
+        lmdbio_core::database::Database::open(&data)
+            .map(|d| d.meta().mm_txnid)
+            .map_err(|e| format!("reading the meta pages: {e}"))
+    })
+}
+
 /// The schedule and step to start from: a fresh job's, or a validated
 /// cursor's.
 pub(crate) fn resume_point(
@@ -180,6 +190,9 @@ impl Engine {
                 bytes_read: io.bytes_read,
                 read_requests: io.read_requests,
                 setup_made: u64::from(topology_made) + u64::from(opened.window_made),
+                reader_slots: opened.snapshot.as_ref().map_or(0, |s| {
+                    u64::from(s.guard() == crate::snapshot::SnapshotGuard::ReaderSlot)
+                }),
                 ..Default::default()
             },
             file: opened.file,
@@ -222,6 +235,9 @@ impl Engine {
         path: &Path,
         options: &EngineOptions,
     ) -> Result<Opened> {
+        // Before anything of the snapshot is read (see
+        // docs/design/reader-slot.md).
+        let mut slot = topology.readers.as_ref().map(|_| take_reader_slot(path));
         let (file, opened) = match Engine::open_file(topology, path, options) {
             Ok(file) => (file.map(Arc::new), Ok(())),
             Err(e) => (None, Err(e)),
@@ -285,7 +301,10 @@ impl Engine {
         let snapshot = match &file {
             Some(_) => data_file_path(path)
                 .and_then(|p| {
-                    crate::snapshot::SnapshotCheck::open(&p, scanned.page_size, scanned.txnid)
+                    let slot = slot
+                        .take()
+                        .unwrap_or_else(|| Err("this rank reads nothing".into()));
+                    crate::snapshot::SnapshotCheck::open(&p, scanned.page_size, scanned.txnid, slot)
                 })
                 .map(|s| Some(Arc::new(s))),
             None => Ok(None),

@@ -47,6 +47,11 @@ pub fn run(
     let mut trace = match trace_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
+            // Whether the snapshot is kept or only checked, and why.
+            std::fs::write(
+                dir.join(format!("rank-{}.guard", engine.rank())),
+                format!("{:?}\n", engine.snapshot_guard()),
+            )?;
             Some(BufWriter::new(File::create(
                 dir.join(format!("rank-{}.tsv", engine.rank())),
             )?))
