@@ -341,3 +341,50 @@ fn without_a_usable_lock_file_a_writer_is_detected_and_nothing_wrong_delivered()
         assert_eq!(wrong, 0, "{how}: {wrong} of {records} records wrong");
     }
 }
+
+/// Claims a slot and locks the reader mutex as a liblmdb reader would,
+/// then dies holding it (ctypes on the mapped lock file).
+const DIE_HOLDING_THE_READER_MUTEX: &str = r#"
+import ctypes, mmap, os, struct, sys
+libc = ctypes.CDLL(None)
+f = open(sys.argv[1], "r+b")
+mm = mmap.mmap(f.fileno(), 0)
+n = struct.unpack_from("<I", mm, 56)[0]
+struct.pack_into("<QiQ", mm, 128 + 64 * n, 1, os.getpid(), 0)
+struct.pack_into("<I", mm, 56, n + 1)
+mutex = ctypes.addressof(ctypes.c_char.from_buffer(mm, 8))
+assert libc.pthread_mutex_lock(ctypes.c_void_p(mutex)) == 0
+print(os.getpid(), flush=True)
+os._exit(0)
+"#;
+
+#[test]
+fn a_reader_mutex_whose_owner_died_is_repaired_and_its_stale_slot_cleared() {
+    if !cfg!(all(target_env = "gnu", target_arch = "x86_64")) {
+        return; // the script writes x86-64 glibc offsets
+    }
+    let fx = kit::caffe_style(RECORDS, VALUE, 9);
+    // A live environment, so the lock file is not set up afresh.
+    let env = writer(&fx.path);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DIE_HOLDING_THE_READER_MUTEX)
+        .arg(fx.path.join("lock.mdb"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let dead: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(reader_table(&fx.path, false).0, vec![(dead, 1)]);
+    let trace = TempDir::new().unwrap();
+    let mut job = start_job(&fx.path, trace.path(), 20);
+    assert_eq!(wait_for_guard(trace.path(), &mut job), "ReaderSlot");
+    let (rows, _) = reader_table(&fx.path, false);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_ne!(rows[0].0, dead, "the dead reader's slot stayed");
+    assert_eq!(comm(rows[0].0), "lmdbio");
+    // liblmdb takes the mutex again without trouble.
+    let txn = env.begin_ro_txn().unwrap();
+    drop(txn);
+    let out = job.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
