@@ -96,13 +96,16 @@ fn comm(pid: u32) -> String {
 /// `mpiexec -n 4 lmdbio bench` over `db` for `epochs`, tracing into
 /// `trace`.
 fn start_job(db: &Path, trace: &Path, epochs: u32) -> Child {
+    std::fs::create_dir_all(trace).unwrap();
     Command::new("timeout")
         .args(["-k", "5", "120", "mpiexec.mpich", "-n", "4"])
         .arg(env!("CARGO_BIN_EXE_lmdbio"))
         .args(["bench", "--method", "lmdbio", "--batch", "8"])
         .args(["--epochs", &epochs.to_string()])
         .args(["--window", "4194304", "--prefetch", "2", "--trace"])
-        .arg(trace)
+        .arg(trace.join("records"))
+        .arg("--json")
+        .arg(trace.join("bench.json"))
         .arg(db)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -110,26 +113,49 @@ fn start_job(db: &Path, trace: &Path, epochs: u32) -> Child {
         .unwrap()
 }
 
-/// What rank 0's engine says of its snapshot, once the job has opened.
-fn wait_for_guard(trace: &Path, job: &mut Child) -> String {
-    let guard = trace.join("rank-0.guard");
+/// The job's slot as `mdb_stat -r` shows it, once the job has taken it:
+/// (pid, txnid) of a live `lmdbio` process.
+fn wait_for_slot(db: &Path, job: &mut Child) -> (u32, u64) {
     let started = Instant::now();
-    while !guard.exists() {
+    loop {
+        let (rows, _) = reader_table(db, false);
+        if let Some(&row) = rows.iter().find(|r| comm(r.0) == "lmdbio") {
+            return row;
+        }
         assert!(
             job.try_wait().unwrap().is_none(),
-            "the job ended before opening"
+            "the job ended without a slot"
         );
-        assert!(started.elapsed() < Duration::from_secs(60), "no open");
+        assert!(started.elapsed() < Duration::from_secs(60), "no slot");
         std::thread::sleep(Duration::from_millis(10));
     }
-    std::thread::sleep(Duration::from_millis(20));
-    std::fs::read_to_string(&guard).unwrap().trim().to_owned()
+}
+
+/// Whether a process other than this one holds `path` open.
+fn someone_has_open(path: &Path) -> bool {
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        p.file_name() != me.as_str()
+            && std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+                fds.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+            })
+    })
+}
+
+/// `runs[0].reader_slots_per_node` of `bench --json`.
+fn reader_slots_reported(json: &Path) -> f64 {
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    doc["runs"][0]["reader_slots_per_node"].as_f64().unwrap()
 }
 
 /// Records the job traced: (records, wrong against `snapshot`).
 fn traced(trace: &Path, snapshot: &HashMap<String, String>) -> (usize, usize) {
     let (mut records, mut wrong) = (0, 0);
-    for entry in std::fs::read_dir(trace).unwrap() {
+    for entry in std::fs::read_dir(trace.join("records")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "tsv") {
             continue;
@@ -209,16 +235,13 @@ fn liblmdb_writers_keep_the_jobs_snapshot_and_reuse_its_pages_after() {
     let snapshot_txnid = last_txnid(&fx.path);
     let trace = TempDir::new().unwrap();
     let mut job = start_job(&fx.path, trace.path(), 25);
-    let guard = wait_for_guard(trace.path(), &mut job);
-    assert_eq!(guard, "ReaderSlot", "rank 0 holds no slot");
 
     // liblmdb sees the slot, at the snapshot's transaction, held by a
     // live lmdbio rank; its stale-reader check leaves it.
+    let (_, txnid) = wait_for_slot(&fx.path, &mut job);
     let (rows, _) = reader_table(&fx.path, false);
     assert_eq!(rows.len(), 1, "one reader per node: {rows:?}");
-    let (pid, txnid) = rows[0];
     assert_eq!(txnid, snapshot_txnid);
-    assert_eq!(comm(pid), "lmdbio");
     let (after_check, text) = reader_table(&fx.path, true);
     assert!(text.contains("0 stale readers cleared"), "{text}");
     assert_eq!(after_check, rows, "mdb_stat -rr cleared our slot");
@@ -243,6 +266,7 @@ fn liblmdb_writers_keep_the_jobs_snapshot_and_reuse_its_pages_after() {
     );
     // The writer kept the snapshot's pages: the file grew instead.
     assert!(size(&fx.data_file()) > grown_from);
+    assert_eq!(reader_slots_reported(&trace.path().join("bench.json")), 1.0);
     let (records, wrong) = traced(trace.path(), &snapshot);
     assert!(records >= 25 * RECORDS, "{records} records traced");
     assert_eq!(wrong, 0, "{wrong} of {records} records not the snapshot's");
@@ -262,11 +286,9 @@ fn a_killed_jobs_slot_is_cleared_by_liblmdbs_stale_reader_check() {
     // resets the lock file: the slot goes only by the reader check.
     let env = writer(&fx.path);
     let mut job = start_job(&fx.path, trace.path(), 400);
-    assert_eq!(wait_for_guard(trace.path(), &mut job), "ReaderSlot");
+    let (pid, _) = wait_for_slot(&fx.path, &mut job);
     let (rows, _) = reader_table(&fx.path, false);
     assert_eq!(rows.len(), 1, "{rows:?}");
-    let pid = rows[0].0;
-    assert_eq!(comm(pid), "lmdbio");
     let killed = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
@@ -317,13 +339,19 @@ fn without_a_usable_lock_file_a_writer_is_detected_and_nothing_wrong_delivered()
         let says = spoil_lock_file(&fx.path, how);
         let trace = TempDir::new().unwrap();
         let mut job = start_job(&fx.path, trace.path(), 25);
-        let guard = wait_for_guard(trace.path(), &mut job);
-        assert!(
-            guard.starts_with("DetectionOnly") && guard.contains(says),
-            "{how}: {guard}"
-        );
-        // liblmdb makes (or resets) the lock file; the job is not in it.
+        // Its slot refused at open, before the data file is opened; then
+        // liblmdb makes (or resets) the lock file, without the job in it.
+        let data = std::fs::canonicalize(fx.data_file()).unwrap();
+        let started = Instant::now();
+        while !someone_has_open(&data) {
+            assert!(started.elapsed() < Duration::from_secs(60), "no open");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let env = writer(&fx.path);
+        assert!(!reader_table(&fx.path, false)
+            .0
+            .iter()
+            .any(|r| comm(r.0) == "lmdbio"));
         let mut rng = kit::Rng::new(20 + i as u64);
         let started = Instant::now();
         while job.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
@@ -334,7 +362,8 @@ fn without_a_usable_lock_file_a_writer_is_detected_and_nothing_wrong_delivered()
         assert!(!out.status.success(), "{how}: the change went unnoticed");
         assert!(
             err.contains("the database changed during the job")
-                && err.contains("lmdbio holds no reader slot"),
+                && err.contains("lmdbio holds no reader slot")
+                && err.contains(says),
             "{how}: {err}"
         );
         let (records, wrong) = traced(trace.path(), &snapshot);
@@ -377,7 +406,7 @@ fn a_reader_mutex_whose_owner_died_is_repaired_and_its_stale_slot_cleared() {
     assert_eq!(reader_table(&fx.path, false).0, vec![(dead, 1)]);
     let trace = TempDir::new().unwrap();
     let mut job = start_job(&fx.path, trace.path(), 20);
-    assert_eq!(wait_for_guard(trace.path(), &mut job), "ReaderSlot");
+    wait_for_slot(&fx.path, &mut job);
     let (rows, _) = reader_table(&fx.path, false);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_ne!(rows[0].0, dead, "the dead reader's slot stayed");
@@ -387,4 +416,5 @@ fn a_reader_mutex_whose_owner_died_is_repaired_and_its_stale_slot_cleared() {
     drop(txn);
     let out = job.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(reader_slots_reported(&trace.path().join("bench.json")), 1.0);
 }

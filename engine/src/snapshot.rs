@@ -124,12 +124,13 @@ impl SnapshotCheck {
         let why = match &self.slot {
             Ok(slot) if !slot.intact() => {
                 "the reader slot lmdbio held in the lock file was cleared or the lock file replaced"
+                    .to_owned()
             }
             Ok(slot) if last > slot.lock_file_txnid().saturating_add(1) => {
-                "it was written without the lock file (MDB_NOLOCK)"
+                "it was written without the lock file (MDB_NOLOCK)".to_owned()
             }
             Ok(_) => return Ok(()),
-            Err(_) => "lmdbio holds no reader slot for it",
+            Err(refused) => format!("lmdbio holds no reader slot for it: {refused}"),
         };
         Err(Error::InvalidArgument(format!(
             "{}: the database changed during the job: it was opened at transaction {}, and transaction {last} has committed since, so a writer may have reused pages the job reads ({why}; see docs/reliability.md); nothing read after that was delivered",

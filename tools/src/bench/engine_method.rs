@@ -47,11 +47,6 @@ pub fn run(
     let mut trace = match trace_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
-            // Whether the snapshot is kept or only checked, and why.
-            std::fs::write(
-                dir.join(format!("rank-{}.guard", engine.rank())),
-                format!("{:?}\n", engine.snapshot_guard()),
-            )?;
             Some(BufWriter::new(File::create(
                 dir.join(format!("rank-{}.tsv", engine.rank())),
             )?))
@@ -139,6 +134,7 @@ pub fn run(
     m.rounds = c.rounds;
     m.step_agreements = c.step_agreements;
     m.setup_made = c.setup_made;
+    m.reader_slots = c.reader_slots;
     m.read_wait_s = c.io_seconds;
     m.agreement_wait_s = c.wait_seconds;
     m.per_epoch = engine

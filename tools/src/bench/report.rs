@@ -51,6 +51,9 @@ pub struct Measurement {
     /// MPI set-up the engine's open had to make (lmdbio only; see
     /// `Counters::setup_made`).
     pub setup_made: u64,
+    /// Reader slots held in `lock.mdb` for the snapshot (lmdbio only; see
+    /// `Counters::reader_slots`).
+    pub reader_slots: u64,
     /// Seconds the engine waited for its node's reads, and in agreements
     /// with other ranks (lmdbio only: `Counters::io_seconds`,
     /// `wait_seconds`).
@@ -215,6 +218,7 @@ impl<'w> Context<'w> {
             rounds: self.max(m.rounds as f64) as u64,
             step_agreements: self.max(m.step_agreements as f64) as u64,
             setup_made: self.max(m.setup_made as f64) as u64,
+            reader_slots_per_node: self.sum(m.reader_slots as f64) / nodes,
             prepare_s: None,
             read_wait_s_per_rank: self.max(m.read_wait_s),
             agreement_wait_s_per_rank: self.max(m.agreement_wait_s),
@@ -280,6 +284,10 @@ pub struct Run {
     /// Blocking MPI set-up the engine's open made (node communicators,
     /// shared window): 0 when kept from an earlier open or `prepare`.
     pub setup_made: u64,
+    /// Reader slots the node's readers held in `lock.mdb` for the
+    /// snapshot: 0 where a change of the database is only detected (see
+    /// docs/reliability.md).
+    pub reader_slots_per_node: f64,
     /// The untimed `prepare` before this run, if any: the node set-up
     /// before the first run, the window's memory mapped again before later
     /// ones (the runs of other methods give it back).
