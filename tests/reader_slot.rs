@@ -418,3 +418,66 @@ fn a_reader_mutex_whose_owner_died_is_repaired_and_its_stale_slot_cleared() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(reader_slots_reported(&trace.path().join("bench.json")), 1.0);
 }
+
+/// Frees the slot of `pid` behind its holder's back, as `mdb_env_close`
+/// of a liblmdb environment in the holder's own process would.
+const CLEAR_SLOT_OF: &str = r#"
+import mmap, struct, sys
+f = open(sys.argv[1], "r+b")
+mm = mmap.mmap(f.fileno(), 0)
+n = struct.unpack_from("<I", mm, 56)[0]
+hits = [i for i in range(n) if struct.unpack_from("<i", mm, 136 + 64 * i)[0] == int(sys.argv[2])]
+assert len(hits) == 1, hits
+struct.pack_into("<i", mm, 136 + 64 * hits[0], 0)
+"#;
+
+#[test]
+fn a_slot_taken_away_or_a_writer_without_the_lock_file_is_detected() {
+    if !cfg!(all(target_env = "gnu", target_arch = "x86_64")) {
+        return; // the script writes x86-64 glibc offsets
+    }
+    for (i, how) in ["slot cleared", "MDB_NOLOCK writer"]
+        .into_iter()
+        .enumerate()
+    {
+        let fx = kit::caffe_style(RECORDS, VALUE, 30 + i as u64);
+        let snapshot = dump(&fx.path);
+        let trace = TempDir::new().unwrap();
+        let mut job = start_job(&fx.path, trace.path(), 25);
+        let (pid, _) = wait_for_slot(&fx.path, &mut job);
+        let mut flags = lmdb::EnvironmentFlags::empty();
+        let says = if how == "slot cleared" {
+            let out = Command::new("python3")
+                .arg("-c")
+                .arg(CLEAR_SLOT_OF)
+                .arg(fx.path.join("lock.mdb"))
+                .arg(pid.to_string())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            "slot lmdbio held in the lock file was cleared"
+        } else {
+            flags |= lmdb::EnvironmentFlags::NO_LOCK;
+            "written without the lock file"
+        };
+        let env = lmdb::Environment::new()
+            .set_flags(flags)
+            .set_map_size(1 << 30)
+            .open(&fx.path)
+            .unwrap();
+        let mut rng = kit::Rng::new(30 + i as u64);
+        let started = Instant::now();
+        while job.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
+            write_txn(&env, &mut rng, 20, false);
+        }
+        let out = job.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{how}: the change went unnoticed");
+        assert!(
+            err.contains("the database changed during the job") && err.contains(says),
+            "{how}: {err}"
+        );
+        let (records, wrong) = traced(trace.path(), &snapshot);
+        assert_eq!(wrong, 0, "{how}: {wrong} of {records} records wrong");
+    }
+}
