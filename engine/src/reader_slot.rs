@@ -100,7 +100,7 @@ pub(crate) struct ReaderSlot {
     pid: u32,
     txnid: u64,
     /// Held for its record locks, which go when it closes (last).
-    _locks: File,
+    file: File,
 }
 
 impl ReaderSlot {
@@ -185,7 +185,7 @@ impl ReaderSlot {
             index,
             pid,
             txnid,
-            _locks: file,
+            file,
         };
         // liblmdb writers record each commit here right after its meta
         // page; more than one commit past it was made without the lock
@@ -197,6 +197,15 @@ impl ReaderSlot {
             ));
         }
         Ok(held)
+    }
+
+    /// The lock file still covers the mapping: a file cut short under it
+    /// (nothing liblmdb does while an environment is open) would make a
+    /// touch of the mapping past its end a SIGBUS.
+    fn mapped_whole(&self) -> bool {
+        self.file
+            .metadata()
+            .is_ok_and(|m| m.len() >= self.map.len() as u64)
     }
 
     /// The transaction held: no snapshot at or after it loses pages.
@@ -230,7 +239,7 @@ impl Drop for ReaderSlot {
         // As liblmdb ends a read transaction and closes its environment:
         // no transaction, then no owner. The locks go with the file.
         let slot = READERS_AT + self.index * READER;
-        if self.map.load_u32(slot + SLOT_PID) == self.pid {
+        if self.mapped_whole() && self.map.load_u32(slot + SLOT_PID) == self.pid {
             self.map.store_u64(slot + SLOT_TXNID, u64::MAX);
             self.map.store_u32(slot + SLOT_PID, 0);
         }
