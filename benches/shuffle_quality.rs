@@ -1,5 +1,6 @@
-//! How well lmdbio's chunked shuffle mixes a class-sorted database, against
-//! a full random permutation, measured on the order alone (no I/O).
+//! How well lmdbio's shuffles (chunked and global) mix a class-sorted
+//! database, against a full random permutation, measured on the order
+//! alone (no I/O).
 //!
 //! The database is ImageNet-like: N records whose keys are sorted by class
 //! (K classes of N/K contiguous records). For each batch of B consecutive
@@ -10,7 +11,7 @@
 //!
 //! cargo bench -p lmdbio-benches --bench shuffle_quality
 
-use lmdbio::order::{EpochOrder, Shuffle};
+use lmdbio::order::{EpochOrder, Shuffle, ShuffleMode};
 use lmdbio_testkit::Rng;
 
 const N: u64 = 128_000;
@@ -56,6 +57,24 @@ fn main() {
     );
     let (d, m) = measure(&(0..N).collect::<Vec<_>>());
     println!("{:<34} {:>22.1} {:>26.2}", "no shuffle (key order)", d, m);
+    for epoch in 0..2 {
+        let order = EpochOrder::new(
+            N,
+            Some(Shuffle {
+                seed: 7,
+                chunk: 0,
+                window_chunks: 0,
+                mode: ShuffleMode::Global,
+            }),
+        );
+        let (d, m) = measure(&(0..N).map(|p| order.ordinal(epoch, p)).collect::<Vec<_>>());
+        println!(
+            "{:<34} {:>22.1} {:>26.2}",
+            format!("global shuffle, epoch {epoch}"),
+            d,
+            m
+        );
+    }
     // 21 records of a 196 KB image Datum are about 4 MiB.
     for (chunk, window) in [
         (21, 4),
@@ -72,6 +91,7 @@ fn main() {
                 seed: 7,
                 chunk,
                 window_chunks: window,
+                mode: ShuffleMode::Chunked,
             }),
         );
         let epoch: Vec<u64> = (0..N).map(|p| order.ordinal(0, p)).collect();

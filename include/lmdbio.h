@@ -225,6 +225,17 @@ int lmdbio_options_set_epoch_limit(lmdbio_options *options, uint64_t epochs);
 /* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
  * values per chunk. Every rank computes the same order. */
 int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t chunk_records);
+/* How shuffled epochs are ordered (needs lmdbio_options_set_shuffle; a mode
+ * without a seed fails at lmdbio_open). CHUNKED: chunks of records permuted
+ * and interleaved within windows of chunks, so reads stay large; a batch
+ * mixes the records of a window's chunks. GLOBAL: every epoch a uniform
+ * permutation of all records, so every batch has the class mix of a random
+ * sample; read from the database file each record is a read of its own
+ * (docs/design/global-shuffle.md). DEFAULT: chunked. */
+#define LMDBIO_SHUFFLE_DEFAULT 0
+#define LMDBIO_SHUFFLE_CHUNKED 1
+#define LMDBIO_SHUFFLE_GLOBAL 2
+int lmdbio_options_set_shuffle_mode(lmdbio_options *options, int mode);
 /* Resume from a cursor written by lmdbio_cursor_get on the same rank of a
  * job with the same rank count, order options and database (refused
  * otherwise at lmdbio_open). The bytes are copied. Replaces a job cursor

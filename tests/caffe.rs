@@ -548,28 +548,42 @@ fn shuffled_epochs_are_permutations_of_the_database() {
         test: None,
         max_iter: 14,
     };
-    let solver = write_solver(work.path(), "shuffled", Mode::Layer, &spec);
-    let keys = work.path().join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    let out = train(
-        &plugin,
-        Mode::Layer,
-        &solver,
-        &[
-            ("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap()),
-            ("LMDBIO_CAFFE_SHUFFLE_SEED", "7"),
-        ],
+    let mut firsts = Vec::new();
+    // The chunked shuffle (the default) and the global one.
+    for mode in ["", "global"] {
+        let name = format!("shuffled{mode}");
+        let solver = write_solver(work.path(), &name, Mode::Layer, &spec);
+        let keys = work.path().join(format!("keys{mode}"));
+        std::fs::create_dir_all(&keys).unwrap();
+        let out = train(
+            &plugin,
+            Mode::Layer,
+            &solver,
+            &[
+                ("LMDBIO_CAFFE_KEY_LOG", keys.to_str().unwrap()),
+                ("LMDBIO_CAFFE_SHUFFLE_SEED", "7"),
+                ("LMDBIO_CAFFE_SHUFFLE_MODE", mode),
+            ],
+        );
+        assert_trained(&out, &name);
+        let text = std::fs::read_to_string(keys.join("rank-0.keys")).unwrap();
+        let delivered: Vec<String> = text.lines().map(str::to_owned).collect();
+        assert!(delivered.len() > records, "{} keys", delivered.len());
+        let epoch0 = delivered[..records].to_vec();
+        let distinct: BTreeSet<&String> = epoch0.iter().collect();
+        assert_eq!(distinct.len(), records, "{name}: epoch 0 repeats a record");
+        let mut sorted = epoch0.clone();
+        sorted.sort_unstable();
+        assert_ne!(
+            epoch0, sorted,
+            "{name}: epoch 0 is in key order: not shuffled"
+        );
+        firsts.push(epoch0);
+    }
+    assert_ne!(
+        firsts[0], firsts[1],
+        "the global shuffle gave the chunked order"
     );
-    assert_trained(&out, "shuffled");
-    let text = std::fs::read_to_string(keys.join("rank-0.keys")).unwrap();
-    let delivered: Vec<&str> = text.lines().collect();
-    assert!(delivered.len() > records, "{} keys", delivered.len());
-    let epoch0 = &delivered[..records];
-    let distinct: BTreeSet<&str> = epoch0.iter().copied().collect();
-    assert_eq!(distinct.len(), records, "epoch 0 repeats a record");
-    let mut sorted = epoch0.to_vec();
-    sorted.sort_unstable();
-    assert_ne!(epoch0, &sorted[..], "epoch 0 is in key order: not shuffled");
 }
 
 /// The glog fatal entry in `line` (`F` and the date, `F1124 08:01:56...`),

@@ -1195,6 +1195,122 @@ fn every_method_delivers_the_database_and_reports_the_required_fields() {
     assert_eq!(opens("raw-node"), 1.0);
 }
 
+/// Epoch `epoch` of the job traced in `dir` on `n` ranks, in the order of
+/// its positions: each rank's lines of it in turn (contiguous partition).
+fn epoch_in_order(dir: &Path, n: usize, epoch: u64) -> Vec<String> {
+    let prefix = format!("{epoch} ");
+    traces_by_rank(dir, n)
+        .iter()
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The global shuffle: each epoch one permutation of every record over all
+/// ranks, the same on any rank count (it depends on the seed and the epoch
+/// alone), and a job resumes from a cursor exactly, on its own rank count
+/// or another.
+#[test]
+fn global_shuffle_is_one_permutation_over_all_ranks_and_resumes_exactly() {
+    let fx = kit::caffe_style(600, 4000, 82);
+    let oracle = oracle_lines(&fx);
+    let dir = kit::TempDir::new().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let common = [
+        "--batch",
+        "7",
+        "--epochs",
+        "2",
+        "--shuffle",
+        "9",
+        "--shuffle-mode",
+        "global",
+        "--tail",
+        "short",
+        "--ranks-per-node",
+        "2",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        common.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let run = |n: usize, name: &str, extra: &[&str]| {
+        let args = with(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        bench_ok(&fx, n, &path(name), &args);
+    };
+    let mut orders = Vec::new();
+    for n in 1..=4 {
+        run(n, &format!("whole-{n}"), &[]);
+        let epochs: Vec<Vec<String>> = (0..2)
+            .map(|e| epoch_in_order(&path(&format!("whole-{n}")), n, e))
+            .collect();
+        for (e, order) in epochs.iter().enumerate() {
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert!(
+                sorted == oracle,
+                "-n {n}: epoch {e} is not every record once"
+            );
+        }
+        orders.push(epochs);
+    }
+    for (i, o) in orders.iter().enumerate() {
+        assert!(
+            o == &orders[0],
+            "-n {} ordered the epochs differently",
+            i + 1
+        );
+    }
+    let (e0, e1) = (&orders[0][0], &orders[0][1]);
+    assert_ne!(e0, e1, "two epochs in the same order");
+    assert_ne!(e0, &oracle, "epoch 0 in key order");
+    // The chunked order of the same seed is another one.
+    let chunked: Vec<&str> = common
+        .iter()
+        .map(|&a| if a == "global" { "chunked" } else { a })
+        .collect();
+    bench_ok(&fx, 2, &path("chunked"), &chunked);
+    assert_ne!(&epoch_in_order(&path("chunked"), 2, 0), e0);
+
+    // Stopped mid-epoch and resumed on the same rank count: exactly the
+    // uninterrupted run.
+    let cursor = path("cursor.bin").display().to_string();
+    run(
+        3,
+        "first",
+        &["--stop-after", "11", "--save-cursor", &cursor],
+    );
+    run(3, "rest", &["--resume", &cursor]);
+    let (whole, first, rest) = (
+        traces_by_rank(&path("whole-3"), 3),
+        traces_by_rank(&path("first"), 3),
+        traces_by_rank(&path("rest"), 3),
+    );
+    for r in 0..3 {
+        assert!(!first[r].is_empty() && !rest[r].is_empty());
+        assert!(
+            format!("{}{}", first[r], rest[r]) == whole[r],
+            "rank {r} resumed differently"
+        );
+    }
+    // A cursor of the global order does not resume the chunked one.
+    let mut wrong = chunked.clone();
+    wrong.extend_from_slice(&["--resume", &cursor]);
+    assert_every_rank_fails(&bench_into(&fx, 3, &path("wrong"), &wrong), 3, "shuffle");
+    // Resumed on 2 ranks: the rest of epoch 0 once, then epoch 1 in the
+    // global order.
+    run(2, "moved", &["--resume", &cursor, "--repartition"]);
+    let dirs = [path("first"), path("moved")];
+    assert!(epoch_lines(&dirs, 0) == oracle, "epoch 0 across the move");
+    assert!(
+        &epoch_in_order(&path("moved"), 2, 1) == e1,
+        "epoch 1 after the move is not the global order"
+    );
+}
+
 /// `runs[].per_epoch[]`: a row for every epoch, each with the keys outside
 /// checks read, the database bytes adding up to the run's bytes read.
 #[test]

@@ -166,6 +166,16 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
     CHECK_EQ(lmdbio_options_set_shuffle(options, shuffle_seed, 0), LMDBIO_OK)
         << "LMDBIO_CAFFE_SHUFFLE_SEED: " << lmdbio_last_error();
   }
+  const char* shuffle_mode = std::getenv("LMDBIO_CAFFE_SHUFFLE_MODE");
+  if (shuffle_mode != nullptr && *shuffle_mode != '\0') {
+    const std::string name(shuffle_mode);
+    const int mode = name == "global"    ? LMDBIO_SHUFFLE_GLOBAL
+                     : name == "chunked" ? LMDBIO_SHUFFLE_CHUNKED
+                                         : -1;
+    CHECK_NE(mode, -1) << "LMDBIO_CAFFE_SHUFFLE_MODE must be global or chunked, got \"" << name << "\"";
+    CHECK_GT(shuffle_seed, 0u) << "LMDBIO_CAFFE_SHUFFLE_MODE needs LMDBIO_CAFFE_SHUFFLE_SEED";
+    CHECK_EQ(lmdbio_options_set_shuffle_mode(options, mode), LMDBIO_OK) << lmdbio_last_error();
+  }
   const size_t ranks_per_node = env_count("LMDBIO_CAFFE_RANKS_PER_NODE");
   if (ranks_per_node > 0) {
     CHECK_EQ(lmdbio_options_set_ranks_per_node(options, ranks_per_node), LMDBIO_OK)

@@ -15,7 +15,7 @@
 //! resuming on another rank count needs (see [`crate::resume`]).
 
 use crate::error::{Error, Result};
-use crate::order::Shuffle;
+use crate::order::{Shuffle, ShuffleMode};
 use crate::resume::{PositionRun, Remainder};
 use crate::schedule::{Partition, Tail};
 
@@ -90,12 +90,20 @@ impl Cursor {
             Tail::Wrap => 0,
             Tail::Short => 1,
         });
-        b.push(u8::from(self.shuffle.is_some()));
+        // The shuffle byte: 0 none, 1 chunked (as in every version 2
+        // cursor), 2 global; version 2 readers before the global mode
+        // refuse a global cursor by this byte.
+        b.push(match self.shuffle.map(|s| s.mode) {
+            None => 0,
+            Some(ShuffleMode::Chunked) => 1,
+            Some(ShuffleMode::Global) => 2,
+        });
         b.push(u8::from(self.after_repartition));
         let s = self.shuffle.unwrap_or(Shuffle {
             seed: 0,
             chunk: 0,
             window_chunks: 0,
+            mode: ShuffleMode::Chunked,
         });
         for v in [
             self.batch,
@@ -147,13 +155,18 @@ impl Cursor {
             1 => Tail::Short,
             x => return Err(bad(&format!("tail code {x}"))),
         };
-        let shuffle = match b[22] {
-            0 => None,
-            1 => Some(Shuffle {
+        let shuffled = |mode| {
+            Some(Shuffle {
                 seed: u64_at(32),
                 chunk: u64_at(40),
                 window_chunks: u64_at(48),
-            }),
+                mode,
+            })
+        };
+        let shuffle = match b[22] {
+            0 => None,
+            1 => shuffled(ShuffleMode::Chunked),
+            2 => shuffled(ShuffleMode::Global),
             x => return Err(bad(&format!("shuffle flag {x}"))),
         };
         let after_repartition = match b[23] {
@@ -416,6 +429,7 @@ mod tests {
                 seed: 42,
                 chunk: 21,
                 window_chunks: 4,
+                mode: ShuffleMode::Chunked,
             }),
             step: 1234,
             epoch: 5,
@@ -442,6 +456,34 @@ mod tests {
         assert_eq!(&bytes[104..112], &0xfeed_f00du64.to_le_bytes());
         let plain = Cursor { shuffle: None, ..c };
         assert_eq!(Cursor::decode(&plain.encode()).unwrap(), plain);
+    }
+
+    /// A chunked cursor is byte for byte what version 2 always wrote, so
+    /// saved cursors still load; a global one differs only in the shuffle
+    /// byte, and round-trips.
+    #[test]
+    fn the_shuffle_mode_is_one_byte_of_version_2() {
+        let chunked = sample();
+        let bytes = chunked.encode();
+        assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
+        assert_eq!(bytes[22], 1);
+        assert_eq!(&bytes[32..40], &42u64.to_le_bytes());
+        let global = Cursor {
+            shuffle: Some(Shuffle {
+                chunk: 0,
+                window_chunks: 0,
+                mode: ShuffleMode::Global,
+                ..chunked.shuffle.unwrap()
+            }),
+            ..chunked
+        };
+        let g = global.encode();
+        assert_eq!(g.len(), CURSOR_BYTES);
+        assert_eq!(g[22], 2);
+        assert_eq!(Cursor::decode(&g).unwrap(), global);
+        let mut bad = g.clone();
+        bad[22] = 3;
+        assert!(Cursor::decode(&bad).is_err());
     }
 
     #[test]

@@ -1,8 +1,14 @@
 //! The order of an epoch: which record sits at each position.
 //!
 //! Without a seed, position p is record p (key order). With a seed, epoch e
-//! is a permutation computed identically on every rank from (seed, e) alone:
-//! contiguous chunks of `chunk` records are permuted, then each window of
+//! is a permutation computed identically on every rank from (seed, e)
+//! alone, in one of two modes ([`ShuffleMode`]).
+//!
+//! Global: a uniform-looking permutation of every record, one keyed
+//! bijection of `0..records` per epoch evaluated position by position in
+//! O(1) memory ([`permutation`]; see docs/design/global-shuffle.md).
+//!
+//! Chunked (the default unstaged): contiguous chunks of `chunk` records are permuted, then each window of
 //! `window_chunks` consecutive chunks of that sequence is interleaved: its
 //! chunks are dealt one record each per layer, and every layer is shuffled.
 //! A batch therefore mixes records of every chunk in its window, while the
@@ -10,27 +16,66 @@
 //! so reads stay large. Every record can land anywhere in the epoch.
 //! Any epoch can be recomputed after a restore; nothing is communicated.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+
+pub mod permutation;
+
+use permutation::KeyedPermutation;
+
+/// How an epoch's records are shuffled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ShuffleMode {
+    /// Chunks of records permuted, then interleaved within windows of
+    /// chunks: a batch mixes a window's chunks, and reads stay large.
+    #[default]
+    Chunked,
+    /// Every epoch a uniform-looking permutation of all records: a batch
+    /// has the class mix of a random sample, and every record is a read
+    /// of its own unless it is served from memory or a stage.
+    Global,
+}
 
 /// Shuffle parameters; part of a cursor, so a restored job reproduces them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shuffle {
     /// The seed every rank derives each epoch's permutation from.
     pub seed: u64,
-    /// Records per chunk (at least 1).
+    /// Records per chunk (at least 1; 0 in global mode, which has none).
     pub chunk: u64,
-    /// Chunks per shuffling window (at least 1).
+    /// Chunks per shuffling window (at least 1; 0 in global mode).
     pub window_chunks: u64,
+    /// Chunked or global.
+    pub mode: ShuffleMode,
 }
 
 impl Shuffle {
-    /// A chunk of about 4 MiB of values, sixteen chunks per window.
+    /// A chunked shuffle with chunks of about 4 MiB of values, sixteen
+    /// chunks per window.
     pub fn with_default_sizes(seed: u64, records: u64, value_bytes: u64) -> Shuffle {
         let mean = value_bytes.checked_div(records).unwrap_or(1).max(1);
         Shuffle {
             seed,
             chunk: ((4u64 << 20) / mean).max(1),
             window_chunks: 16,
+            mode: ShuffleMode::Chunked,
+        }
+    }
+
+    /// The shuffle as an order uses it: chunk and window sizes of 0 taken
+    /// as 1 in chunked mode, both 0 in global mode (which has no chunks),
+    /// so that two descriptions of one order compare equal.
+    pub fn normalized(self) -> Shuffle {
+        match self.mode {
+            ShuffleMode::Chunked => Shuffle {
+                chunk: self.chunk.max(1),
+                window_chunks: self.window_chunks.max(1),
+                ..self
+            },
+            ShuffleMode::Global => Shuffle {
+                chunk: 0,
+                window_chunks: 0,
+                ..self
+            },
         }
     }
 }
@@ -40,6 +85,8 @@ pub struct EpochOrder {
     records: u64,
     shuffle: Option<Shuffle>,
     cache: RefCell<Cache>,
+    /// Global mode: the last epoch's permutation.
+    global: Cell<Option<(u64, KeyedPermutation)>>,
 }
 
 #[derive(Default)]
@@ -54,17 +101,14 @@ const CACHED_WINDOWS: usize = 8;
 
 impl EpochOrder {
     /// The order of epochs of `records` records: key order without a
-    /// shuffle; chunk and window sizes of 0 are taken as 1.
+    /// shuffle; the shuffle as [`Shuffle::normalized`] makes it.
     pub fn new(records: u64, shuffle: Option<Shuffle>) -> EpochOrder {
-        let shuffle = shuffle.map(|s| Shuffle {
-            chunk: s.chunk.max(1),
-            window_chunks: s.window_chunks.max(1),
-            ..s
-        });
+        let shuffle = shuffle.map(Shuffle::normalized);
         EpochOrder {
             records,
             shuffle,
             cache: RefCell::default(),
+            global: Cell::new(None),
         }
     }
 
@@ -78,6 +122,9 @@ impl EpochOrder {
         let Some(s) = self.shuffle else {
             return position;
         };
+        if s.mode == ShuffleMode::Global {
+            return self.global(epoch).apply(position);
+        }
         let n = self.records;
         let chunks = n.div_ceil(s.chunk);
         let last_len = n - (chunks - 1) * s.chunk;
@@ -141,6 +188,26 @@ impl EpochOrder {
         perm[i as usize] * s.chunk + (q - start_of(i))
     }
 }
+
+impl EpochOrder {
+    /// Epoch `epoch`'s permutation in global mode: keyed by the seed and
+    /// the epoch alone, so every rank (and a restored job) computes it.
+    fn global(&self, epoch: u64) -> KeyedPermutation {
+        if let Some((e, p)) = self.global.get() {
+            if e == epoch {
+                return p;
+            }
+        }
+        let seed = self.shuffle.map_or(0, |s| s.seed);
+        let p = KeyedPermutation::new(self.records, mix3(seed, epoch, GLOBAL_DOMAIN));
+        self.global.set(Some((epoch, p)));
+        p
+    }
+}
+
+/// Keeps the global mode's keys apart from the chunked mode's (which mix
+/// the epoch with a window number or `u64::MAX`).
+const GLOBAL_DOMAIN: u64 = 0x676c_6f62_616c_0000;
 
 /// The in-window order: the window's chunks (of `lens` records, laid out
 /// back to back) are dealt in layers, one record of each chunk per layer,
@@ -247,6 +314,7 @@ mod tests {
                     seed: 7,
                     chunk,
                     window_chunks: window,
+                    mode: ShuffleMode::Chunked,
                 }),
             );
             let e0 = epoch(&order, 0);
@@ -264,6 +332,7 @@ mod tests {
                     seed: 7,
                     chunk,
                     window_chunks: window,
+                    mode: ShuffleMode::Chunked,
                 }),
             );
             let backwards: Vec<u64> = (0..n).rev().map(|p| other.ordinal(0, p)).collect();
@@ -286,6 +355,7 @@ mod tests {
                 seed: 1,
                 chunk,
                 window_chunks: window,
+                mode: ShuffleMode::Chunked,
             }),
         );
         let e = epoch(&order, 0);
@@ -296,5 +366,128 @@ mod tests {
             ids.dedup();
             assert!(ids.len() <= window as usize);
         }
+    }
+
+    fn global(seed: u64, n: u64) -> EpochOrder {
+        EpochOrder::new(
+            n,
+            Some(Shuffle {
+                seed,
+                chunk: 99,
+                window_chunks: 7,
+                mode: ShuffleMode::Global,
+            }),
+        )
+    }
+
+    #[test]
+    fn global_epochs_are_permutations_for_many_sizes() {
+        let mut sizes = vec![1, 2, 3, 5, 7, 97, 1000, 1009, 7919];
+        for k in [2u32, 5, 8, 12] {
+            sizes.extend([(1u64 << k) - 1, 1 << k, (1 << k) + 1]);
+        }
+        for n in sizes {
+            let order = global(3, n);
+            for e in 0..3 {
+                let mut image = epoch(&order, e);
+                image.sort_unstable();
+                assert!(image.iter().copied().eq(0..n), "n={n} epoch {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn global_epochs_differ_by_epoch_and_seed_and_repeat_with_both() {
+        let n = 1000;
+        let a = global(3, n);
+        let (e0, e1) = (epoch(&a, 0), epoch(&a, 1));
+        assert_ne!(e0, e1);
+        assert_ne!(e0, epoch(&global(4, n), 0));
+        assert_ne!(e0, (0..n).collect::<Vec<_>>());
+        // Another rank, or a restored job, asking in any order.
+        let b = global(3, n);
+        assert_eq!(b.ordinal(1, 500), e1[500]);
+        assert_eq!(b.ordinal(0, 999), e0[999]);
+        assert_eq!(b.ordinal(1, 0), e1[0]);
+        // No chunks: the sizes given are dropped from the description.
+        let s = a.shuffle().unwrap();
+        assert_eq!((s.chunk, s.window_chunks), (0, 0));
+        // The chunked order of the same seed is another order.
+        let chunked = EpochOrder::new(n, Some(Shuffle::with_default_sizes(3, n, n)));
+        assert_ne!(epoch(&chunked, 0), e0);
+    }
+
+    /// Over many epochs, record r lands at position p about equally often
+    /// for every (r, p): a chi-square statistic over the n x n table, far
+    /// below what a biased order gives (its mean is (n-1)^2).
+    #[test]
+    fn global_positions_are_uniform() {
+        for n in [5u64, 8, 12] {
+            let order = global(11, n);
+            let epochs = 400 * n;
+            let mut count = vec![0u64; (n * n) as usize];
+            for e in 0..epochs {
+                for p in 0..n {
+                    count[(order.ordinal(e, p) * n + p) as usize] += 1;
+                }
+            }
+            let expected = epochs as f64 / n as f64;
+            let chi2: f64 = count
+                .iter()
+                .map(|&c| (c as f64 - expected).powi(2) / expected)
+                .sum();
+            let dof = ((n - 1) * (n - 1)) as f64;
+            // Mean dof, standard deviation sqrt(2 dof): six of them above.
+            assert!(
+                chi2 < dof + 6.0 * (2.0 * dof).sqrt(),
+                "n={n}: chi-square {chi2:.1} for {dof} degrees of freedom"
+            );
+            // And the identity is not favoured.
+            let fixed: u64 = (0..n).map(|p| count[(p * n + p) as usize]).sum();
+            assert!(
+                (fixed as f64) < 1.2 * epochs as f64,
+                "n={n}: {fixed} fixed points"
+            );
+        }
+    }
+
+    /// Classes stored in runs of 64 records (as a class-sorted database):
+    /// a global batch of 64 holds as many classes as a random sample's
+    /// (100 (1 - 0.99^64) = 47.4 of 100 on average), a chunked one far
+    /// fewer.
+    #[test]
+    fn global_batches_have_a_random_samples_class_mix() {
+        let (classes, per_class, batch) = (100u64, 64u64, 64u64);
+        let n = classes * per_class;
+        let mean_classes = |order: &EpochOrder| {
+            let e = epoch(order, 0);
+            let batches = e.chunks(batch as usize);
+            let k = batches.len() as f64;
+            batches
+                .map(|b| {
+                    let mut c: Vec<u64> = b.iter().map(|r| r / per_class).collect();
+                    c.sort_unstable();
+                    c.dedup();
+                    c.len() as f64
+                })
+                .sum::<f64>()
+                / k
+        };
+        let g = mean_classes(&global(5, n));
+        assert!(
+            (46.0..49.0).contains(&g),
+            "global: {g:.1} classes per batch"
+        );
+        let chunked = EpochOrder::new(
+            n,
+            Some(Shuffle {
+                seed: 5,
+                chunk: 64,
+                window_chunks: 16,
+                mode: ShuffleMode::Chunked,
+            }),
+        );
+        let c = mean_classes(&chunked);
+        assert!(c < 0.5 * g, "chunked: {c:.1} classes per batch");
     }
 }

@@ -744,6 +744,7 @@ mod tests {
             seed: 1,
             chunk: 5,
             window_chunks: 2,
+            mode: crate::order::ShuffleMode::Chunked,
         });
         let e = from_job_cursor(&job, base(2), shuffled, db, 0, true)
             .unwrap_err()

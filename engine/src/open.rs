@@ -59,8 +59,10 @@ pub(crate) fn start_point(
         Shuffle {
             chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
             window_chunks: options.shuffle_window_chunks,
+            mode: options.shuffle_mode_in_use(),
             ..sized
         }
+        .normalized()
     });
     let (schedule, step) = resume_point(options, schedule, shuffle, database, world.rank())?;
     Ok((schedule, EpochOrder::new(records, shuffle), step))

@@ -4,6 +4,7 @@
 use crate::data_file::DirectIo;
 use lmdbio_core::cursor::{Cursor, JobCursor};
 use lmdbio_core::error::{Error, Result};
+use lmdbio_core::order::ShuffleMode;
 use lmdbio_core::plan::CoalesceOptions;
 use lmdbio_core::schedule::{Partition, Tail};
 
@@ -65,6 +66,9 @@ pub struct EngineOptions {
     pub shuffle_chunk: Option<u64>,
     /// Chunks per shuffling window.
     pub shuffle_window_chunks: u64,
+    /// How the epochs are shuffled (with `shuffle_seed`; an error without
+    /// one). `None`: the default, see [`EngineOptions::shuffle_mode_in_use`].
+    pub shuffle_mode: Option<ShuffleMode>,
     /// Continue from this rank's cursor, taken by a job with the same rank
     /// count, order options and database.
     pub resume: Option<Cursor>,
@@ -124,11 +128,24 @@ impl Default for EngineOptions {
             shuffle_seed: None,
             shuffle_chunk: None,
             shuffle_window_chunks: 16,
+            shuffle_mode: None,
             resume: None,
             resume_job: None,
             repartition: false,
             timeout: None,
         }
+    }
+}
+
+impl EngineOptions {
+    /// The shuffle mode of a shuffled job: the one asked for, else the
+    /// chunked shuffle, whose reads stay large when every epoch is read
+    /// from the database file (a global shuffle reads each record on its
+    /// own there; see docs/design/global-shuffle.md). Where later epochs
+    /// are served from a node-local stage, this is the place to make the
+    /// global shuffle the default.
+    pub fn shuffle_mode_in_use(&self) -> ShuffleMode {
+        self.shuffle_mode.unwrap_or_default()
     }
 }
 
@@ -215,6 +232,9 @@ pub(crate) fn check_options(o: &EngineOptions) -> Result<()> {
     }
     if o.window_bytes == 0 {
         return bad("window_bytes must be positive");
+    }
+    if o.shuffle_mode.is_some() && o.shuffle_seed.is_none() {
+        return bad("a shuffle mode was given without a shuffle seed");
     }
     crate::limits::check_static(o)?;
     crate::timeout::apply(o)

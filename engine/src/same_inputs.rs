@@ -67,7 +67,12 @@ impl Inputs {
             ("coalescing", shown(&o.coalesce)),
             (
                 "the shuffle",
-                shown(&(o.shuffle_seed, o.shuffle_chunk, o.shuffle_window_chunks)),
+                shown(&(
+                    o.shuffle_seed,
+                    o.shuffle_chunk,
+                    o.shuffle_window_chunks,
+                    o.shuffle_mode_in_use(),
+                )),
             ),
             ("MPI-IO hints", shown(&o.hints)),
             ("resuming", shown(&(o.resume.is_some(), o.repartition))),

@@ -18,6 +18,7 @@ use crate::cursor::{Cursor, JobCursor};
 use crate::engine::{Counters, DirectIo, Engine, EngineOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::RawComm;
+use crate::order::ShuffleMode;
 use crate::schedule::{Partition, Tail};
 
 /// The header's `MPI_Comm`, as the MPI library in use declares it.
@@ -89,6 +90,13 @@ pub const LMDBIO_DIRECT_IO_AUTO: c_int = 1;
 /// [`DirectIo::Always`]: read every round around the page cache; opening
 /// fails where the file system does not support it.
 pub const LMDBIO_DIRECT_IO_ALWAYS: c_int = 2;
+
+/// The default shuffle mode ([`EngineOptions::shuffle_mode_in_use`]).
+pub const LMDBIO_SHUFFLE_DEFAULT: c_int = 0;
+/// [`ShuffleMode::Chunked`]: chunks permuted and interleaved in windows.
+pub const LMDBIO_SHUFFLE_CHUNKED: c_int = 1;
+/// [`ShuffleMode::Global`]: a uniform permutation of all records per epoch.
+pub const LMDBIO_SHUFFLE_GLOBAL: c_int = 2;
 
 /// Bytes of an encoded rank cursor ([`crate::cursor::CURSOR_BYTES`]).
 pub const LMDBIO_CURSOR_BYTES: usize = crate::cursor::CURSOR_BYTES;
@@ -330,6 +338,9 @@ option_setter!(
     /// Sets [`EngineOptions::direct_io`] to an `LMDBIO_DIRECT_IO_*` value.
     lmdbio_options_set_direct_io, when: c_int, |o| o.direct_io = direct_io_from(when)?);
 option_setter!(
+    /// Sets [`EngineOptions::shuffle_mode`] to an `LMDBIO_SHUFFLE_*` value.
+    lmdbio_options_set_shuffle_mode, mode: c_int, |o| o.shuffle_mode = shuffle_mode_from(mode)?);
+option_setter!(
     /// Sets [`EngineOptions::overlap`]: nonzero reads the next round while
     /// the current one is served.
     lmdbio_options_set_overlap, overlap: c_int, |o| o.overlap = overlap != 0);
@@ -361,6 +372,17 @@ fn direct_io_from(when: c_int) -> Result<DirectIo> {
         LMDBIO_DIRECT_IO_ALWAYS => Ok(DirectIo::Always),
         _ => Err(Error::InvalidArgument(format!(
             "unknown direct I/O setting {when}"
+        ))),
+    }
+}
+
+fn shuffle_mode_from(mode: c_int) -> Result<Option<ShuffleMode>> {
+    match mode {
+        LMDBIO_SHUFFLE_DEFAULT => Ok(None),
+        LMDBIO_SHUFFLE_CHUNKED => Ok(Some(ShuffleMode::Chunked)),
+        LMDBIO_SHUFFLE_GLOBAL => Ok(Some(ShuffleMode::Global)),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown shuffle mode {mode}"
         ))),
     }
 }

@@ -14,6 +14,7 @@ mod sys;
 use std::path::PathBuf;
 
 use lmdbio::engine::{DirectIo, EngineOptions};
+use lmdbio::order::ShuffleMode;
 use lmdbio::schedule::{Partition, Tail};
 use lmdbio::CoalesceOptions;
 use mpi::traits::*;
@@ -26,8 +27,12 @@ pub enum Method {
     /// lmdbio's engine.
     Lmdbio,
     /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
-    /// 1): to compare with unshuffled reading in the same invocation.
+    /// 1; --shuffle-mode, else chunked): to compare with unshuffled reading
+    /// in the same invocation.
     LmdbioShuffled,
+    /// lmdbio's engine with every epoch globally shuffled (seed from
+    /// --shuffle, else 1): a uniform permutation of all records.
+    LmdbioGlobal,
     /// lmdbio's engine with collective reads (the readers open the file
     /// together and read with MPI_File_read_at_all): to compare with the
     /// default independent reads in the same invocation.
@@ -50,7 +55,10 @@ impl Method {
     fn uses_engine(self) -> bool {
         matches!(
             self,
-            Method::Lmdbio | Method::LmdbioShuffled | Method::LmdbioCollective
+            Method::Lmdbio
+                | Method::LmdbioShuffled
+                | Method::LmdbioGlobal
+                | Method::LmdbioCollective
         )
     }
 
@@ -58,6 +66,7 @@ impl Method {
         match self {
             Method::Lmdbio => "lmdbio",
             Method::LmdbioShuffled => "lmdbio-shuffled",
+            Method::LmdbioGlobal => "lmdbio-global",
             Method::LmdbioCollective => "lmdbio-collective",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
@@ -177,6 +186,12 @@ pub struct Args {
     /// Chunks per shuffling window.
     #[arg(long, value_name = "CHUNKS", default_value_t = 16)]
     shuffle_window: u64,
+    /// How shuffled epochs are ordered: `chunked` (chunks of about 4 MiB
+    /// permuted, then interleaved within windows: reads stay large) or
+    /// `global` (every epoch a uniform permutation of all records: each
+    /// record is a read of its own). Without --shuffle, the seed is 1.
+    #[arg(long, value_enum, value_name = "MODE")]
+    shuffle_mode: Option<ShuffleModeArg>,
     /// Stop after this many batches per rank (then --save-cursor).
     #[arg(long, value_name = "BATCHES")]
     stop_after: Option<u64>,
@@ -231,6 +246,12 @@ enum DirectIoArg {
     Auto,
     Always,
     Never,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ShuffleModeArg {
+    Chunked,
+    Global,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -330,11 +351,18 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
         let progress = &mut progress;
         let trace_dir = trace_dir.as_deref();
         let m = match method {
-            Method::Lmdbio | Method::LmdbioShuffled | Method::LmdbioCollective => {
+            Method::Lmdbio
+            | Method::LmdbioShuffled
+            | Method::LmdbioGlobal
+            | Method::LmdbioCollective => {
                 let mut options = engine_options(args)?;
                 match method {
                     Method::LmdbioShuffled => {
                         options.shuffle_seed = Some(args.shuffle.unwrap_or(1));
+                    }
+                    Method::LmdbioGlobal => {
+                        options.shuffle_seed = Some(args.shuffle.unwrap_or(1));
+                        options.shuffle_mode = Some(ShuffleMode::Global);
                     }
                     Method::LmdbioCollective => options.collective = true,
                     _ => {}
@@ -445,9 +473,13 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         overlap: !args.no_overlap,
         step_limit: None,
         epoch_limit: Some(args.epochs),
-        shuffle_seed: args.shuffle,
+        shuffle_seed: args.shuffle.or(args.shuffle_mode.map(|_| 1)),
         shuffle_chunk: args.shuffle_chunk,
         shuffle_window_chunks: args.shuffle_window,
+        shuffle_mode: args.shuffle_mode.map(|m| match m {
+            ShuffleModeArg::Chunked => ShuffleMode::Chunked,
+            ShuffleModeArg::Global => ShuffleMode::Global,
+        }),
         resume: None,
         resume_job: None,
         repartition: false,
