@@ -1311,6 +1311,45 @@ fn global_shuffle_is_one_permutation_over_all_ranks_and_resumes_exactly() {
     );
 }
 
+/// `raw-stage` reads each node's part of the file's size from a file it
+/// writes under the stage directory, counts it as stage bytes, and leaves
+/// nothing behind; without `--stage` every rank fails.
+#[test]
+fn raw_stage_reads_a_nodes_part_from_the_stage_and_removes_it() {
+    let fx = kit::caffe_style(300, 4000, 83);
+    let stage = kit::TempDir::new().unwrap();
+    let db = fx.path.to_str().unwrap();
+    let doc = bench_json(
+        4,
+        &[
+            "--ranks-per-node",
+            "2",
+            "--method",
+            "raw-stage,raw-node",
+            "--stage",
+            stage.path().to_str().unwrap(),
+            db,
+        ],
+    );
+    let len = std::fs::metadata(fx.path.join("data.mdb")).unwrap().len() as f64;
+    let run = method_run(&doc, "raw-stage");
+    assert_eq!(run["bytes_read_per_node"].as_f64(), Some(len / 2.0));
+    assert_eq!(run["reading_ranks_per_node"].as_f64(), Some(1.0));
+    let epoch = &run["per_epoch"][0];
+    assert_eq!(epoch["stage_bytes_read_per_node"].as_f64(), Some(len / 2.0));
+    assert_eq!(epoch["db_bytes_read_per_node"].as_f64(), Some(0.0));
+    assert!(doc["stage_limit_mb_per_s"].as_f64().unwrap() > 0.0);
+    // The shared file system's limit is raw-node's alone.
+    assert_eq!(
+        doc["storage_limit_mb_per_s"].as_f64(),
+        method_run(&doc, "raw-node")["mb_per_s"].as_f64()
+    );
+    let left: Vec<_> = std::fs::read_dir(stage.path()).unwrap().collect();
+    assert!(left.is_empty(), "left in the stage: {left:?}");
+    let out = mpiexec(2, &["--method", "raw-stage", db]);
+    assert_every_rank_fails(&out, 2, "needs --stage");
+}
+
 /// `runs[].per_epoch[]`: a row for every epoch, each with the keys outside
 /// checks read, the database bytes adding up to the run's bytes read.
 #[test]

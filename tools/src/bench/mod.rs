@@ -48,6 +48,10 @@ pub enum Method {
     Raw,
     /// The same with one reader per node.
     RawNode,
+    /// The node-local storage limit: one reader per node reads a file of
+    /// its node's part written to the stage directory (`--stage DIR`, in
+    /// `DIR/node-N`) before the clock starts, and removes it.
+    RawStage,
 }
 
 impl Method {
@@ -72,14 +76,16 @@ impl Method {
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
             Method::RawNode => "raw-node",
+            Method::RawStage => "raw-stage",
         }
     }
 }
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Method to run (repeatable; run one after another on the same data).
-    #[arg(long = "method", value_enum)]
+    /// Method to run (repeatable, or a comma-separated list; run one after
+    /// another on the same data).
+    #[arg(long = "method", alias = "methods", value_enum, value_delimiter = ',')]
     methods: Vec<Method>,
     /// Drop the data file from the page cache before each method
     /// (`posix_fadvise(DONTNEED)` on that file only, on every node).
@@ -224,6 +230,10 @@ pub struct Args {
     /// MPI-IO hint KEY=VALUE (repeatable).
     #[arg(long = "hint", value_name = "KEY=VALUE")]
     hints: Vec<String>,
+    /// Node-local stage directory (each node uses DIR/node-N): where the
+    /// raw-stage method reads.
+    #[arg(long, value_name = "DIR")]
+    stage: Option<PathBuf>,
     /// Write DIR/rank-R.tsv: one line per record received.
     #[arg(long, value_name = "DIR")]
     trace: Option<PathBuf>,
@@ -381,6 +391,7 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
             )?,
             Method::Raw => raw::run(args, &ctx, raw::Readers::EveryRank, progress)?,
             Method::RawNode => raw::run(args, &ctx, raw::Readers::OnePerNode, progress)?,
+            Method::RawStage => raw::run(args, &ctx, raw::Readers::Stage, progress)?,
         };
         let process = sys::ProcessCounters::now().since(before);
         let mut run = ctx.summarise(method.name(), args.epochs, &m, process, cache);
@@ -417,6 +428,10 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
                 "lmdbio_prepare_s": prepare_s,
                 "storage_limit_mb_per_s": storage_limit.map(|l| l.mb_per_s),
                 "storage_limit_pooled": storage_limit.map(|l| l.pooled),
+                "stage_limit_mb_per_s": medians
+                    .iter()
+                    .find(|r| r.method == "raw-stage")
+                    .map(|r| r.mb_per_s),
                 "free_page_reporting": page_reporting.as_ref().map(ToString::to_string),
                 "runs": medians,
                 "all_runs": runs,
