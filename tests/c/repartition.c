@@ -1,8 +1,9 @@
 /* Re-partitioning through the C ABI: a job on all P ranks reads part of
  * epoch 0 and saves its job cursor; a job on Q = max(1, P - 1) ranks
  * resumes from it with repartition on and reads to the end of epoch 1.
- * Every record must be delivered exactly once per epoch across both jobs,
- * and match the manifest (key hex, length, FNV-1a 64 of the value).
+ * Epochs are globally shuffled. Every record must be delivered exactly
+ * once per epoch across both jobs, and match the manifest (key hex,
+ * length, FNV-1a 64 of the value).
  * Resuming on Q != P ranks without asking to re-partition must fail on
  * every rank of the new job.
  *
@@ -37,6 +38,13 @@ int main(int argc, char **argv) {
   CHECK(lmdbio_options_set_tail(opts, LMDBIO_TAIL_SHORT));
   CHECK(lmdbio_options_set_partition(opts, LMDBIO_PARTITION_STRIDED));
   CHECK(lmdbio_options_set_shuffle(opts, 21, 30));
+  /* The global shuffle: one permutation of all records per epoch, which
+   * the cursor carries like the chunked one. */
+  if (lmdbio_options_set_shuffle_mode(opts, 9) != LMDBIO_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "shuffle mode 9 was accepted\n");
+    MPI_Abort(MPI_COMM_WORLD, 11);
+  }
+  CHECK(lmdbio_options_set_shuffle_mode(opts, LMDBIO_SHUFFLE_GLOBAL));
   CHECK(lmdbio_options_set_window_bytes(opts, 4 << 20));
   /* Collective reads; MPI_Init gives no MPI_THREAD_MULTIPLE, so each round
    * is read when it starts. */
