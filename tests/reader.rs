@@ -226,3 +226,89 @@ fn main_database_with_named_databases_lists_their_descriptors() {
     assert_same(&main, &ours, &oracle);
     assert_eq!(ours.len(), 3); // aaa-plain, train, val
 }
+
+/// The index scan's kept leaf pages (docs/design/inline-records.md):
+/// read straight into an area of the caller's (the node's window), into
+/// one that holds only some of them, or held in private memory; and moved
+/// out of the area when it goes away. Whatever the path, the index is the
+/// one `build_index` makes, the kept pages are the first leaf pages in key
+/// order that hold an inline value, up to the budget, and their bytes are
+/// the file's.
+#[test]
+fn kept_leaf_pages_are_the_files_whether_read_in_place_or_held() {
+    use lmdbio::index::{parse_leaves_keeping, walk_tree};
+    let fixtures = [
+        kit::inline_only(3000, 41),
+        kit::overflow_only(30, 42),
+        kit::random_order(500, 43),
+        kit::churned(44),
+        kit::named_databases(45),
+    ];
+    for fx in &fixtures {
+        let db = Database::open(&fx.path).unwrap();
+        let tree = db.tree(fx.subdb.as_deref()).unwrap();
+        let whole = db.build_index(&tree, &IndexOptions::default()).unwrap();
+        let file = kit::read_file(&fx.data_file());
+        let psize = db.page_size() as usize;
+        let page = |pgno: u64| &file[pgno as usize * psize..(pgno as usize + 1) * psize];
+        let leaves = walk_tree(&db, &tree, 64).unwrap().leaves;
+        // The leaf pages holding an inline value, in key order (a
+        // zero-length value may start at its page's end).
+        let mut inline: Vec<u64> = Vec::new();
+        for e in whole.entries.iter().filter(|e| !e.is_overflow()) {
+            let p = (e.value_offset - 1) / psize as u64;
+            if inline.last() != Some(&p) {
+                inline.push(p);
+            }
+        }
+        let all = 1u64 << 40;
+        let three = 3 * psize as u64;
+        // (area in pages, budget, chunk): room for all, for a chunk or
+        // two, for less than a chunk, a budget below the area, no area.
+        for (slots, budget, chunk) in [
+            (inline.len() + 16, all, 5),
+            (9, all, 4),
+            (3, all, 8),
+            (inline.len() + 16, three, 2),
+            (0, all, 6),
+            (0, three, 6),
+        ] {
+            let what = format!("{}: {slots} slots, budget {budget}, chunk {chunk}", fx.name);
+            let mut area = vec![0u8; slots * psize];
+            let (part, mut kept) =
+                parse_leaves_keeping(&db, &tree, &leaves, chunk, budget, &mut area).unwrap();
+            assert!(part.entries == whole.entries, "{what}: entries differ");
+            assert!(part.keys == whole.keys, "{what}: keys differ");
+            let room = if slots > 0 { slots } else { usize::MAX };
+            let expect = inline.len().min(room).min((budget / psize as u64) as usize);
+            let check = |kept: &lmdbio::index::KeptLeaves, area: &[u8]| {
+                let mut got: Vec<u64> = kept.placed().to_vec();
+                for (slot, &pgno) in kept.placed().iter().enumerate() {
+                    assert!(
+                        &area[slot * psize..(slot + 1) * psize] == page(pgno),
+                        "{what}: page {pgno} in slot {slot} differs from the file"
+                    );
+                }
+                for (pgno, bytes) in kept.held() {
+                    assert!(bytes == page(pgno), "{what}: held page {pgno} differs");
+                    got.push(pgno);
+                }
+                got.sort_unstable();
+                let mut want = inline[..expect].to_vec();
+                want.sort_unstable();
+                assert_eq!(got, want, "{what}: kept pages");
+            };
+            check(&kept, &area);
+            if slots > 0 {
+                assert_eq!(kept.placed().len(), expect, "{what}: placed");
+            } else {
+                assert_eq!(kept.placed().len(), 0, "{what}: placed without an area");
+            }
+            // The area goes (a window made anew): the pages move out.
+            kept.hold_placed(&area);
+            area.fill(0xa5);
+            assert!(kept.placed().is_empty(), "{what}: placed after moving out");
+            check(&kept, &area);
+        }
+    }
+}

@@ -93,9 +93,10 @@ pub(crate) fn scan<'f>(
     file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
     keep_budget: u64,
+    keep_area: &mut [u8],
 ) -> Result<ScannedIndex<'f>> {
     let local = match masters {
-        Some(m) => master_scan(m, file, subdb, keep_budget),
+        Some(m) => master_scan(m, file, subdb, keep_budget, keep_area),
         None => file.map(|_| None),
     };
     let mut sizes = [i64::MAX; SIZES];
@@ -126,6 +127,17 @@ pub(crate) fn scan<'f>(
         plan_granule: size(Agreed::PlanGranule).max(1),
         kept_pages: size(Agreed::KeptPages) as usize,
     })
+}
+
+impl ScannedIndex<'_> {
+    /// Copies the leaf pages the scan read into the window (`area`, as
+    /// given to [`scan`]) out to private memory: the window is about to be
+    /// made anew.
+    pub(crate) fn hold_placed(&mut self, area: &[u8]) {
+        if let Some(state) = &mut self.state {
+            state.kept.hold_placed(area);
+        }
+    }
 }
 
 /// What each master tells the others about its part (all zero from a
@@ -206,6 +218,7 @@ fn master_scan<'f>(
     file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
     keep_budget: u64,
+    keep_area: &mut [u8],
 ) -> Result<MasterScan<'f>> {
     let opened = file.and_then(|f| local(|| open_tree(masters, f, subdb)));
     // Master 0's page list, or nothing if it has none to share: an empty
@@ -221,7 +234,7 @@ fn master_scan<'f>(
         if bytes.is_empty() {
             return Ok(None);
         }
-        local(|| parse_part(masters, db, tree, granule, &bytes, keep_budget)).map(Some)
+        local(|| parse_part(masters, (db, tree, granule), &bytes, keep_budget, keep_area)).map(Some)
     });
     let mine = match &parsed {
         Ok(Some(state)) => PartSizes::of(state).words(),
@@ -326,11 +339,10 @@ fn open_tree<'f>(
 /// Parses this master's share of the leaves in master 0's page list.
 fn parse_part<'f>(
     masters: &Comm,
-    db: Database<DataSource<'f>>,
-    tree: Tree,
-    granule: u64,
+    (db, tree, granule): (Database<DataSource<'f>>, Tree, u64),
     page_list: &[u8],
     keep_budget: u64,
+    keep_area: &mut [u8],
 ) -> Result<MasterState<'f>> {
     let pages = decode_pages(page_list)?;
     let n = pages.leaves.len();
@@ -340,7 +352,14 @@ fn parse_part<'f>(
     );
     // One thread: MPI may only be called from the thread driving us.
     let chunk = IndexOptions::default().chunk_pages;
-    let (part, kept) = parse_leaves_keeping(&db, &tree, &pages.leaves[lo..hi], chunk, keep_budget)?;
+    let (part, kept) = parse_leaves_keeping(
+        &db,
+        &tree,
+        &pages.leaves[lo..hi],
+        chunk,
+        keep_budget,
+        keep_area,
+    )?;
     Ok(MasterState {
         db,
         tree,

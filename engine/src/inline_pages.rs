@@ -10,12 +10,16 @@
 //! node scanned or beyond the budget) are planned and read as before. See
 //! docs/design/inline-records.md.
 
-use super::node_memory::{KeptSpace, NodeMemory};
+use super::node_memory::{kept_area_offset, KeptSpace, NodeMemory};
+use crate::mpi_raw::SharedWindow;
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::index::{KeptLeaves, RecordEntry};
 
-/// Copies `kept` into the node's window with its table sorted by page
-/// number. Only on the node's first rank, before the index is published.
+/// Publishes `kept` in the node's window: its table, sorted by page
+/// number, and the pages held in private memory copied into the slots
+/// after the ones the scan placed there (see
+/// [`lmdbio_core::index::parse_leaves_keeping`]). Only on the node's first
+/// rank, before the index is published.
 pub(crate) fn publish_kept(memory: &mut NodeMemory, kept: &KeptLeaves) -> Result<()> {
     let space = memory.kept_space();
     if kept.is_empty() {
@@ -36,10 +40,14 @@ pub(crate) fn publish_kept(memory: &mut NodeMemory, kept: &KeptLeaves) -> Result
             space.page_size
         )));
     }
+    let placed = kept.placed().len();
     let mut order: Vec<(u64, u64)> = kept
-        .pages()
+        .placed()
+        .iter()
+        .copied()
+        .chain(kept.held().map(|(pgno, _)| pgno))
         .enumerate()
-        .map(|(slot, (pgno, _))| (pgno, slot as u64))
+        .map(|(slot, pgno)| (pgno, slot as u64))
         .collect();
     order.sort_unstable();
     // SAFETY: gather_into runs on the node's first rank before the index
@@ -51,10 +59,41 @@ pub(crate) fn publish_kept(memory: &mut NodeMemory, kept: &KeptLeaves) -> Result
         table[2 + 2 * i] = slot;
     }
     let psize = space.page_size;
-    for (slot, (_, bytes)) in kept.pages().enumerate() {
+    for (i, (_, bytes)) in kept.held().enumerate() {
+        let slot = placed + i;
         pages[slot * psize..(slot + 1) * psize].copy_from_slice(bytes);
     }
     Ok(())
+}
+
+/// Where a master reads the leaf pages it keeps during the scan: the kept
+/// pages' place in `window` (see [`kept_area_offset`]), at most `budget`
+/// bytes or to the window's end. Empty when there is no window yet (the
+/// scan then holds its pages in private memory until the window is made).
+///
+/// # Safety
+/// Only the node's first rank may call this, while no engine uses the
+/// window and the node's other ranks wait (as they do during the scan);
+/// the slice must be dropped before the window is.
+pub(crate) unsafe fn scan_area(
+    window: Option<&mut SharedWindow>,
+    words: usize,
+    budget: u64,
+) -> &mut [u8] {
+    let Some(window) = window else {
+        return &mut [];
+    };
+    let at = kept_area_offset(window.as_ptr() as usize, words);
+    // SAFETY: forwarded to the caller's contract.
+    let bytes = unsafe { window.bytes_mut() };
+    let room = bytes
+        .len()
+        .saturating_sub(at)
+        .min(usize::try_from(budget).unwrap_or(usize::MAX));
+    match bytes.get_mut(at..at + room) {
+        Some(area) => area,
+        None => &mut [],
+    }
 }
 
 /// Bytes of leaf pages a master keeps: `option`, but at most half of the
@@ -79,12 +118,10 @@ pub(crate) fn space(pages: usize, page_size: u32) -> KeptSpace {
 /// kept page: `(offset, length)`.
 pub(crate) fn kept_value(memory: &NodeMemory, entry: &RecordEntry) -> Option<(u64, u64)> {
     let psize = memory.kept_space().page_size as u64;
-    if entry.is_overflow() || psize == 0 {
-        return None;
-    }
-    let page = memory.kept_page(entry.value_offset / psize)?;
+    let pgno = entry.inline_page(psize)?;
+    let page = memory.kept_page(pgno)?;
     Some((
-        page as u64 + entry.value_offset % psize,
+        page as u64 + (entry.value_offset - pgno * psize),
         u64::from(entry.value_len),
     ))
 }

@@ -3,14 +3,20 @@
 //! rank) followed by the value area that rounds are read into.
 //!
 //! Layout: the readers' progress words (8 bytes each, see
-//! [`super::step_ready`]), `records` entries (24 bytes each), the keys,
-//! the table of kept leaf pages (see [`KeptSpace`]), padding to a page of
-//! memory (not just of the window: direct reads land there, and they need
-//! aligned memory; a window of a one-rank node may be plain heap memory
-//! that starts anywhere), then the kept leaf pages themselves (padded to
-//! 2 MiB, so rounds start on a huge page), then `data_len` bytes of values
-//! read in rounds. The kept pages come first so that they land in the part
-//! of the window [`super::prepare`] mapped ahead.
+//! [`super::step_ready`]); when leaf pages are kept, padding to a page of
+//! memory and the kept leaf pages (padded to 2 MiB); `records` entries (24
+//! bytes each), the keys, the table of kept leaf pages (see
+//! [`KeptSpace`]), padding to a page of memory, then `data_len` bytes of
+//! values read in rounds. Pages of memory, not just of the window: direct
+//! reads land there, and they need aligned memory; a window of a one-rank
+//! node may be plain heap memory that starts anywhere. The kept pages
+//! come first because their place ([`kept_area_offset`]) does not depend
+//! on the index's size: the index scan reads them straight into it before
+//! the index is sized (see docs/design/inline-records.md), and it is the
+//! part of the window [`super::prepare`] mapped ahead.
+//!
+//! The value area, as offsets given to [`NodeMemory::data_range`], is the
+//! kept pages (`0..rounds_start()`) followed by the rounds' bytes.
 
 use std::sync::atomic::AtomicU64;
 
@@ -48,11 +54,12 @@ impl KeptSpace {
     }
 }
 
-/// Bytes of window that `words` progress words, an index of `records`
-/// entries and `key_bytes` of keys followed by `data_len` bytes of values
-/// need, and the earliest offset the values can start at (they start at
-/// the first page boundary of memory from there: see
-/// [`value_area_offset`]; the size has room for it).
+/// Bytes of window that `words` progress words, `kept` pages, an index of
+/// `records` entries and `key_bytes` of keys followed by `data_len` bytes
+/// of values need, and the earliest offset the values can start at with
+/// the kept pages placed as early as they can be (they and the values
+/// start at page boundaries of memory: see [`value_area_offset`]; the size
+/// has room for both).
 pub fn layout(
     words: usize,
     records: usize,
@@ -61,9 +68,15 @@ pub fn layout(
     kept: KeptSpace,
 ) -> Result<(usize, usize)> {
     let overflow = || Error::ResourceLimit("the index and value area overflow".into());
-    let index = records
-        .checked_mul(ENTRY)
-        .and_then(|n| n.checked_add(words.checked_mul(WORD)?))
+    let index_at = match kept.pages {
+        0 => words.checked_mul(WORD),
+        _ => words
+            .checked_mul(WORD)
+            .and_then(|n| n.checked_next_multiple_of(PAGE))
+            .and_then(|n| n.checked_add(kept.page_bytes()?)),
+    };
+    let index = index_at
+        .and_then(|n| n.checked_add(records.checked_mul(ENTRY)?))
         .and_then(|n| n.checked_add(key_bytes))
         .and_then(|n| n.checked_next_multiple_of(WORD))
         .and_then(|n| n.checked_add(kept.table_bytes()?))
@@ -72,10 +85,10 @@ pub fn layout(
         .div_ceil(PAGE)
         .checked_mul(PAGE)
         .ok_or_else(overflow)?;
+    let slack = if kept.pages == 0 { PAGE } else { 2 * PAGE };
     let total = data_offset
-        .checked_add(PAGE)
+        .checked_add(slack)
         .and_then(|n| n.checked_add(data_len))
-        .and_then(|n| n.checked_add(kept.page_bytes()?))
         .ok_or_else(overflow)?;
     Ok((data_offset, total))
 }
@@ -88,14 +101,25 @@ fn value_area_offset(base: usize, earliest: usize) -> usize {
     earliest + (PAGE - (base + earliest) % PAGE) % PAGE
 }
 
+/// Where the kept leaf pages start in a window at address `base` laid out
+/// with `words` progress words, whatever the index's size: the node's
+/// first rank reads them there during the index scan.
+pub fn kept_area_offset(base: usize, words: usize) -> usize {
+    value_area_offset(base, words * WORD)
+}
+
 pub struct NodeMemory {
     window: SharedWindow,
     words: usize,
     records: usize,
     key_bytes: usize,
+    /// Window offset of the entries (after the kept pages).
+    index_offset: usize,
     data_offset: usize,
     data_len: usize,
     kept: KeptSpace,
+    /// Window offset of the kept pages.
+    kept_offset: usize,
     /// Bytes of the kept pages' area, at the start of the value area.
     kept_len: usize,
 }
@@ -111,17 +135,26 @@ impl NodeMemory {
         data_len: usize,
         kept: KeptSpace,
     ) -> Result<NodeMemory> {
-        let (earliest, total) = layout(words, records, key_bytes, data_len, kept)?;
-        let data_offset = value_area_offset(window.as_ptr() as usize, earliest);
-        let kept_len = kept.page_bytes().unwrap_or(usize::MAX);
-        let served = data_len.saturating_add(kept_len);
-        if window.len() < total || data_offset.saturating_add(served) > window.len() {
+        let (_, total) = layout(words, records, key_bytes, data_len, kept)?;
+        let base = window.as_ptr() as usize;
+        let (kept_offset, kept_len, index_offset) = match kept.pages {
+            0 => (0, 0, words * WORD),
+            _ => {
+                let at = kept_area_offset(base, words);
+                let len = kept.page_bytes().unwrap_or(usize::MAX);
+                (at, len, at.saturating_add(len))
+            }
+        };
+        let index_end = (index_offset + records * ENTRY + key_bytes).next_multiple_of(WORD)
+            + kept.table_bytes().unwrap_or(usize::MAX);
+        let data_offset = value_area_offset(base, index_end);
+        if window.len() < total || data_offset.saturating_add(data_len) > window.len() {
             return Err(Error::Internal(format!(
                 "a {}-byte window cannot hold {total} bytes of index and values",
                 window.len()
             )));
         }
-        if window.as_ptr() as usize % std::mem::align_of::<RecordEntry>() != 0 {
+        if base % std::mem::align_of::<RecordEntry>() != 0 {
             return Err(Error::ResourceLimit(
                 "shared window is not 8-byte aligned".into(),
             ));
@@ -131,9 +164,11 @@ impl NodeMemory {
             words,
             records,
             key_bytes,
+            index_offset,
             data_offset,
             data_len,
             kept,
+            kept_offset,
             kept_len,
         })
     }
@@ -156,7 +191,7 @@ impl NodeMemory {
     /// is published (synced and agreed); no other rank reads it meanwhile.
     pub unsafe fn index_regions_mut(&mut self) -> (&mut [u8], &mut [u8]) {
         // SAFETY: forwarded to the caller's contract.
-        let bytes = unsafe { &mut self.window.bytes_mut()[self.words * WORD..] };
+        let bytes = unsafe { &mut self.window.bytes_mut()[self.index_offset..] };
         let (entries, rest) = bytes.split_at_mut(self.records * ENTRY);
         (entries, &mut rest[..self.key_bytes])
     }
@@ -168,14 +203,14 @@ impl NodeMemory {
         // nobody writes the index, so shared reads are sound.
         unsafe {
             std::slice::from_raw_parts(
-                self.window.as_ptr().add(self.words * WORD) as *const RecordEntry,
+                self.window.as_ptr().add(self.index_offset) as *const RecordEntry,
                 self.records,
             )
         }
     }
 
     pub fn keys(&self) -> &[u8] {
-        let at = self.words * WORD + self.records * ENTRY;
+        let at = self.index_offset + self.records * ENTRY;
         // SAFETY: the key region follows the entries inside the window and
         // is read-only after publication.
         unsafe { &self.window.bytes()[at..at + self.key_bytes] }
@@ -183,7 +218,7 @@ impl NodeMemory {
 
     /// Offset of the kept pages' table (8-byte aligned, after the keys).
     fn kept_table_offset(&self) -> usize {
-        (self.words * WORD + self.records * ENTRY + self.key_bytes).next_multiple_of(WORD)
+        (self.index_offset + self.records * ENTRY + self.key_bytes).next_multiple_of(WORD)
     }
 
     /// The room for kept pages this memory was laid out with.
@@ -199,11 +234,11 @@ impl NodeMemory {
     pub unsafe fn kept_regions_mut(&mut self) -> (&mut [u64], &mut [u8]) {
         let table_at = self.kept_table_offset();
         let words = 1 + 2 * self.kept.pages;
-        let pages_at = self.data_offset;
+        let pages_at = self.kept_offset;
         let pages_len = self.kept.pages * self.kept.page_size;
         // SAFETY: forwarded to the caller's contract; both regions lie in
-        // the window (layout) and do not overlap (the table ends before
-        // the value area, where the pages start).
+        // the window (layout) and do not overlap (the pages end before the
+        // index starts, and the table follows the keys).
         unsafe {
             let base = self.window.bytes_mut().as_mut_ptr();
             (
@@ -285,28 +320,41 @@ impl NodeMemory {
         self.window.in_huge_pages()
     }
 
-    /// Start of the value area, for readers that write a range of it they
-    /// alone own until the round is published.
-    pub fn data_ptr(&self) -> *mut u8 {
-        self.window.as_ptr().wrapping_add(self.data_offset) as *mut u8
+    /// Where byte `at` of the value area is, for readers that write a
+    /// range of the rounds' part (`at` at least [`NodeMemory::rounds_start`])
+    /// they alone own until the round is published.
+    pub fn rounds_ptr(&self, at: usize) -> *mut u8 {
+        let into = at.wrapping_sub(self.kept_len);
+        self.window
+            .as_ptr()
+            .wrapping_add(self.data_offset)
+            .wrapping_add(into) as *mut u8
     }
 
     /// Bytes `[at, at + len)` of the value area, read-only (other parts of
     /// the area may be written meanwhile). The kept leaf pages are its
-    /// first bytes (see [`NodeMemory::rounds_start`]).
+    /// first bytes (see [`NodeMemory::rounds_start`]); a range lies in them
+    /// or in the rounds' part, not across.
     ///
     /// # Safety
     /// No rank may be writing these bytes (the engine's steps ensure it).
     pub unsafe fn data_range(&self, at: usize, len: usize) -> &[u8] {
         let served = self.kept_len + self.data_len;
+        let end = at.checked_add(len);
         assert!(
-            at.checked_add(len).is_some_and(|end| end <= served),
-            "bytes {at}+{len} outside a value area of {served}"
+            end.is_some_and(|end| end <= served && (at >= self.kept_len || end <= self.kept_len)),
+            "bytes {at}+{len} outside a value area of {}+{}",
+            self.kept_len,
+            self.data_len
         );
-        // SAFETY: inside the value area (checked above), which lies inside
-        // the window (checked in new); the caller vouches that nobody
-        // writes these bytes while they are borrowed.
-        unsafe { std::slice::from_raw_parts(self.window.as_ptr().add(self.data_offset + at), len) }
+        let offset = match at.checked_sub(self.kept_len) {
+            Some(into) => self.data_offset + into,
+            None => self.kept_offset + at,
+        };
+        // SAFETY: inside the kept pages or the rounds' part (checked
+        // above), which lie inside the window (checked in new); the caller
+        // vouches that nobody writes these bytes while they are borrowed.
+        unsafe { std::slice::from_raw_parts(self.window.as_ptr().add(offset), len) }
     }
 
     /// See [`SharedWindow::sync`].
@@ -367,16 +415,20 @@ mod tests {
         );
         assert!(layout(0, usize::MAX / 8, 0, 0, KeptSpace::default()).is_err());
         assert!(layout(usize::MAX / 4, 0, 0, 0, KeptSpace::default()).is_err());
-        // Kept pages: a count and a pair per page after the keys (8-byte
-        // aligned), the pages after the values.
+        // Kept pages: first, on a page, padded to 2 MiB (a page of room
+        // to place them on a page of memory); a count and a pair per page
+        // after the keys (8-byte aligned).
         let kept = KeptSpace {
             pages: 3,
             page_size: 4096,
         };
-        assert_eq!(layout(0, 1, 1, 10, kept).unwrap(), (4096, 8202 + (2 << 20)));
+        assert_eq!(
+            layout(0, 1, 1, 10, kept).unwrap(),
+            ((2 << 20) + 4096, (2 << 20) + 12298)
+        );
         assert_eq!(
             layout(0, 170, 0, 0, kept).unwrap(),
-            (8192, 12288 + (2 << 20))
+            ((2 << 20) + 8192, (2 << 20) + 16384)
         );
         assert!(layout(
             0,

@@ -244,17 +244,31 @@ impl Engine {
             Ok(file) => (file.map(Arc::new), Ok(())),
             Err(e) => (None, Err(e)),
         };
+        let budget = inline_pages::scan_budget(
+            options.inline_pages_bytes,
+            options.window_bytes,
+            topology.window.as_ref().map_or(0, |w| w.len()),
+        );
+        let words = progress_words(topology.node.size());
+        let is_master = topology.masters.is_some();
+        // Masters read the leaf pages they keep straight into the window,
+        // where they are served from (docs/design/inline-records.md).
+        let mut window = topology.window.take();
         let scanned = index_build::scan(
             topology.world(),
             topology.masters.as_ref(),
             opened.map(|()| file.as_deref()),
             options.subdb.as_deref(),
-            inline_pages::scan_budget(
-                options.inline_pages_bytes,
-                options.window_bytes,
-                topology.window.as_ref().map_or(0, |w| w.len()),
-            ),
-        )?;
+            budget,
+            // SAFETY: on the node's first rank, while no engine holds the
+            // window and the node's other ranks wait in the scan's
+            // agreement; the slice ends with the scan.
+            unsafe {
+                inline_pages::scan_area(window.as_mut().filter(|_| is_master), words, budget)
+            },
+        );
+        topology.window = window;
+        let mut scanned = scanned?;
         // A record's run may take up to a granule more on each side.
         let plan_granule = scanned.plan_granule;
         let widest = match plan_granule {
@@ -270,12 +284,24 @@ impl Engine {
             (scanned.page_size, options.inline_pages_bytes),
         );
         let data_len = window_size(options, topology.node.size(), widest, round_steps);
-        let words = progress_words(topology.node.size());
         let kept = inline_pages::space(scanned.kept_pages, scanned.page_size);
         let (_, need) = node_memory::layout(words, records, key_bytes, data_len, kept)?;
         let have = topology.window.as_ref().map_or(0, |w| w.len());
         let data_len = inline_pages::fit_values(data_len, need, have, kept);
         let (_, need) = node_memory::layout(words, records, key_bytes, data_len, kept)?;
+        if need > have {
+            // The window is made anew: the pages the scan placed in the old
+            // one go to private memory first.
+            // SAFETY: as for the scan: the node's first rank (the only one
+            // holding the window here), the others waiting to make the new.
+            scanned.hold_placed(unsafe {
+                inline_pages::scan_area(
+                    topology.window.as_mut().filter(|_| is_master),
+                    words,
+                    budget,
+                )
+            });
+        }
         let window_made = topology.ensure_window(need)?;
         let Some(window) = topology.window.take() else {
             return Err(Error::Internal("no node window after making one".into()));

@@ -455,7 +455,7 @@ impl Engine {
         // fits its capacity, checked above); each reader writes only its
         // own range, and no rank reads a byte of it before the reader's
         // progress word says the run holding it is complete.
-        let buf = parts.memory.data_ptr().wrapping_add(lo as usize);
+        let buf = parts.memory.rounds_ptr(lo as usize);
         let len = (hi - lo) as usize;
         // SAFETY: see above; the range stays untouched by anyone else until
         // the read is complete (joined, waited for, or done here).

@@ -2,36 +2,51 @@
 //! database of small records those pages are the data, and whoever serves
 //! the values from them need not read them again (see
 //! docs/design/inline-records.md).
+//!
+//! Given an area of its own (the node's window), the scan reads each chunk
+//! of leaf pages straight into it and parses them there: the kept pages
+//! are already in their final place, and no private copy is made and
+//! touched.
 
-use super::{parse_leaf_batch, IndexPart, PageBatch};
+use super::{
+    parse_leaf_batch, read_sorted_into, IndexPart, PageBatch, Pages, PagesIn, RecordEntry,
+};
 use crate::database::{Database, Tree};
 use crate::error::Result;
 use crate::source::ReadAt;
 
-/// Leaf pages kept from a scan: the pages themselves, as read, and which
-/// of them are kept, in the order they were kept (key order).
+/// Leaf pages kept from a scan: those placed in the caller's area (slot
+/// `i` holds `placed()[i]`) and those held in private memory (where no
+/// area was given), in the order they were kept.
 #[derive(Default)]
 pub struct KeptLeaves {
     batches: Vec<PageBatch>,
+    placed: Vec<u64>,
     /// `(page number, batch holding it)`, in key order.
-    kept: Vec<(u64, usize)>,
+    held: Vec<(u64, usize)>,
     page_size: usize,
 }
 
 impl KeptLeaves {
     /// Pages kept.
     pub fn len(&self) -> usize {
-        self.kept.len()
+        self.placed.len() + self.held.len()
     }
 
     /// No page was kept.
     pub fn is_empty(&self) -> bool {
-        self.kept.is_empty()
+        self.len() == 0
     }
 
-    /// The kept pages in the order they were kept: `(page number, bytes)`.
-    pub fn pages(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
-        self.kept
+    /// The pages in the area's slots `0..placed().len()`, by slot.
+    pub fn placed(&self) -> &[u64] {
+        &self.placed
+    }
+
+    /// The pages kept in private memory: `(page number, bytes)`. They go
+    /// in the slots after the placed ones, in this order.
+    pub fn held(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.held
             .iter()
             .map(|&(pgno, b)| (pgno, self.batches[b].page(pgno)))
     }
@@ -40,47 +55,142 @@ impl KeptLeaves {
     pub fn page_size(&self) -> usize {
         self.page_size
     }
+
+    /// Copies the placed pages out of `area` (the area they were placed
+    /// in) into private memory, for when that area goes away before the
+    /// pages are published; they then come first among the held ones.
+    pub fn hold_placed(&mut self, area: &[u8]) {
+        if self.placed.is_empty() {
+            return;
+        }
+        let psize = self.page_size;
+        let batch = PageBatch::from_pages(
+            psize,
+            self.placed
+                .iter()
+                .enumerate()
+                .map(|(slot, &pgno)| (pgno, &area[slot * psize..(slot + 1) * psize])),
+        );
+        // Every held page's batch index moves up by one.
+        for h in &mut self.held {
+            h.1 += 1;
+        }
+        self.batches.insert(0, batch);
+        let mut held: Vec<(u64, usize)> = self.placed.drain(..).map(|p| (p, 0)).collect();
+        held.append(&mut self.held);
+        self.held = held;
+    }
 }
 
 /// Like [`super::parse_leaves`] on one thread, keeping (in key order, up
 /// to `budget` bytes) the leaf pages that hold at least one inline value.
+///
+/// With a non-empty `area`, pages are kept only there (as many as fit):
+/// each chunk is read into the area's next free slots and parsed in place,
+/// and the pages not kept are squeezed out. A chunk that does not fit is
+/// read into one reused buffer and its kept pages copied. With an empty
+/// `area`, the kept pages are held in the batches they were read into.
 pub fn parse_leaves_keeping<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     leaves: &[u64],
     chunk_pages: usize,
     budget: u64,
+    area: &mut [u8],
 ) -> Result<(IndexPart, KeptLeaves)> {
-    let psize = db.page_size() as u64;
+    let psize = db.page_size() as usize;
     let mut part = IndexPart::default();
     let mut kept = KeptLeaves {
-        page_size: psize as usize,
+        page_size: psize,
         ..Default::default()
     };
-    let mut room = budget / psize;
+    let slots = area.len() / psize;
+    let mut room = usize::try_from(budget / psize as u64).unwrap_or(usize::MAX);
+    if slots > 0 {
+        room = room.min(slots);
+    }
+    let mut scratch = Vec::new();
+    let mut sorted = Vec::new();
     for pgnos in leaves.chunks(chunk_pages.clamp(1, 1 << 20)) {
-        let batch = PageBatch::read(db.source(), db.page_size(), pgnos)?;
-        let chunk = parse_leaf_batch(db, tree, pgnos, &batch)?;
-        let before = kept.kept.len();
-        let mut last = None;
-        for e in chunk.entries.iter().filter(|e| !e.is_overflow()) {
-            let pgno = e.value_offset / psize;
-            if room == 0 {
-                break;
+        sorted.clear();
+        sorted.extend_from_slice(pgnos);
+        sorted.sort_unstable();
+        let bytes = sorted.len() * psize;
+        let next = kept.placed.len();
+        let chunk = if slots > 0 && room > 0 && next + sorted.len() <= slots {
+            let dest = &mut area[next * psize..next * psize + bytes];
+            read_sorted_into(db.source(), psize as u32, &sorted, dest)?;
+            let in_place = PagesIn {
+                pgnos: &sorted,
+                bytes: dest,
+                psize,
+            };
+            let chunk = parse_leaf_batch(db, tree, pgnos, &in_place)?;
+            let mut keep = inline_pages(&chunk.entries, psize as u64, room);
+            room -= keep.len();
+            keep.sort_unstable();
+            // `keep` is a sorted subset of `sorted`: the k-th kept page
+            // sits at or after position k, so moving them down in order
+            // never overwrites one still to move.
+            for (k, pgno) in keep.into_iter().enumerate() {
+                let i = sorted.partition_point(|&p| p < pgno);
+                if i != k {
+                    let from = (next + i) * psize;
+                    area.copy_within(from..from + psize, (next + k) * psize);
+                }
+                kept.placed.push(pgno);
             }
-            if last != Some(pgno) {
-                last = Some(pgno);
-                kept.kept.push((pgno, kept.batches.len()));
-                room -= 1;
+            chunk
+        } else if slots > 0 || room == 0 {
+            if scratch.len() < bytes {
+                scratch.resize(bytes, 0);
             }
-        }
-        if kept.kept.len() > before {
-            kept.batches.push(batch);
-        }
+            read_sorted_into(db.source(), psize as u32, &sorted, &mut scratch[..bytes])?;
+            let pages = PagesIn {
+                pgnos: &sorted,
+                bytes: &scratch[..bytes],
+                psize,
+            };
+            let chunk = parse_leaf_batch(db, tree, pgnos, &pages)?;
+            let keep = inline_pages(&chunk.entries, psize as u64, room);
+            room -= keep.len();
+            for pgno in keep {
+                let slot = kept.placed.len();
+                area[slot * psize..(slot + 1) * psize].copy_from_slice(pages.page(pgno));
+                kept.placed.push(pgno);
+            }
+            chunk
+        } else {
+            let batch = PageBatch::read(db.source(), psize as u32, &sorted)?;
+            let chunk = parse_leaf_batch(db, tree, pgnos, &batch)?;
+            let keep = inline_pages(&chunk.entries, psize as u64, room);
+            room -= keep.len();
+            if !keep.is_empty() {
+                let b = kept.batches.len();
+                kept.held.extend(keep.into_iter().map(|p| (p, b)));
+                kept.batches.push(batch);
+            }
+            chunk
+        };
         part.append(&IndexPart {
             keys: chunk.keys,
             entries: chunk.entries,
         });
     }
     Ok((part, kept))
+}
+
+/// The first `room` pages (in key order) holding an inline value among
+/// `entries` (in key order).
+fn inline_pages(entries: &[RecordEntry], psize: u64, room: usize) -> Vec<u64> {
+    let mut pages: Vec<u64> = Vec::new();
+    for pgno in entries.iter().filter_map(|e| e.inline_page(psize)) {
+        if pages.last() != Some(&pgno) {
+            if pages.len() == room {
+                break;
+            }
+            pages.push(pgno);
+        }
+    }
+    pages
 }

@@ -21,7 +21,7 @@ use crate::source::{IoSnapshot, ReadAt};
 
 pub use kept::{parse_leaves_keeping, KeptLeaves};
 pub use pages::consecutive_runs;
-pub use pages::{PageBatch, PageBitmap, MAX_PAGES_PER_READ};
+pub use pages::{read_sorted_into, PageBatch, PageBitmap, Pages, PagesIn, MAX_PAGES_PER_READ};
 
 /// Where one record lives. 24 bytes, so an index of 10 M records is 240 MB
 /// plus the keys.
@@ -51,6 +51,17 @@ impl RecordEntry {
     /// leaf page.
     pub fn is_overflow(&self) -> bool {
         self.flags & Self::OVERFLOW != 0
+    }
+
+    /// The leaf page an inline value lies in (`None` for an overflow
+    /// value). Not `value_offset / page_size`: a zero-length value may
+    /// start at its page's very end, the next page's first byte, and a
+    /// value never starts at its page's first byte (the header is there).
+    pub fn inline_page(&self, page_size: u64) -> Option<u64> {
+        match self.is_overflow() || page_size == 0 {
+            true => None,
+            false => Some(self.value_offset.saturating_sub(1) / page_size),
+        }
     }
 
     /// The bytes to read to get this value, including the overflow page
@@ -566,7 +577,7 @@ fn parse_leaf_batch<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     pgnos: &[u64],
-    batch: &PageBatch,
+    batch: &dyn Pages,
 ) -> Result<LeafChunk> {
     let psize = db.page_size();
     let order = tree.key_order();

@@ -20,42 +20,111 @@ impl PageBatch {
     /// Reads `pgnos` (any order, no duplicates) with one request per run of
     /// consecutive page numbers (capped at `MAX_PAGES_PER_READ`).
     pub fn read<R: ReadAt + ?Sized>(source: &R, psize: u32, pgnos: &[u64]) -> Result<PageBatch> {
-        let psize = psize as usize;
         let mut sorted = pgnos.to_vec();
         sorted.sort_unstable();
-        let mut bytes = vec![0u8; sorted.len() * psize];
-        let runs: Vec<_> = consecutive_runs(&sorted, MAX_PAGES_PER_READ).collect();
-        if runs.len() > 1 {
-            // The reads below go one after another; told of them all first,
-            // the storage can fetch them together (on a network file system
-            // each is a round trip of its own).
-            let ranges: Vec<(u64, u64)> = runs
-                .iter()
-                .map(|r| (sorted[r.start] * psize as u64, (r.len() * psize) as u64))
-                .collect();
-            source.will_need(&ranges);
-        }
-        for run in runs {
-            source.read_exact_at(
-                &mut bytes[run.start * psize..run.end * psize],
-                sorted[run.start] * psize as u64,
-            )?;
-        }
+        let mut bytes = vec![0u8; sorted.len() * psize as usize];
+        read_sorted_into(source, psize, &sorted, &mut bytes)?;
         Ok(PageBatch {
             pgnos: sorted,
             bytes,
-            psize,
+            psize: psize as usize,
         })
+    }
+
+    /// A batch of pages already in memory: `(page number, bytes)`, any
+    /// order, no duplicates, each `psize` bytes.
+    pub fn from_pages<'a>(psize: usize, pages: impl IntoIterator<Item = (u64, &'a [u8])>) -> Self {
+        let mut pages: Vec<(u64, &[u8])> = pages.into_iter().collect();
+        pages.sort_unstable_by_key(|p| p.0);
+        let mut bytes = Vec::with_capacity(pages.len() * psize);
+        for (_, b) in &pages {
+            bytes.extend_from_slice(&b[..psize]);
+        }
+        PageBatch {
+            pgnos: pages.iter().map(|p| p.0).collect(),
+            bytes,
+            psize,
+        }
     }
 
     /// The bytes of page `pgno`, which must be in the batch.
     pub fn page(&self, pgno: u64) -> &[u8] {
+        Pages::page(self, pgno)
+    }
+}
+
+/// Pages addressed by page number, wherever their bytes are.
+pub trait Pages {
+    /// The bytes of page `pgno`, which must be among them.
+    fn page(&self, pgno: u64) -> &[u8];
+}
+
+impl Pages for PageBatch {
+    fn page(&self, pgno: u64) -> &[u8] {
+        PagesIn {
+            pgnos: &self.pgnos,
+            bytes: &self.bytes,
+            psize: self.psize,
+        }
+        .at(pgno)
+    }
+}
+
+/// Pages read into memory the caller owns (see [`read_sorted_into`]):
+/// page `pgnos[i]` is `bytes[i * psize..][..psize]`.
+pub struct PagesIn<'a> {
+    /// Sorted, unique.
+    pub pgnos: &'a [u64],
+    /// The pages, in the order of `pgnos`.
+    pub bytes: &'a [u8],
+    /// Bytes per page.
+    pub psize: usize,
+}
+
+impl<'a> PagesIn<'a> {
+    fn at(&self, pgno: u64) -> &'a [u8] {
         let i = self
             .pgnos
             .binary_search(&pgno)
             .expect("page requested from a batch that did not read it");
         &self.bytes[i * self.psize..(i + 1) * self.psize]
     }
+}
+
+impl Pages for PagesIn<'_> {
+    fn page(&self, pgno: u64) -> &[u8] {
+        self.at(pgno)
+    }
+}
+
+/// Reads `sorted` (ascending, unique) into `dest` (`psize` bytes per page,
+/// in that order) with one request per run of consecutive page numbers
+/// (capped at `MAX_PAGES_PER_READ`).
+pub fn read_sorted_into<R: ReadAt + ?Sized>(
+    source: &R,
+    psize: u32,
+    sorted: &[u64],
+    dest: &mut [u8],
+) -> Result<()> {
+    let psize = psize as usize;
+    let runs: Vec<_> = consecutive_runs(sorted, MAX_PAGES_PER_READ).collect();
+    if runs.len() > 1 {
+        // The reads below go one after another; told of them all first,
+        // the storage can fetch them together (on a network file system
+        // each is a round trip of its own).
+        let ranges: Vec<(u64, u64)> = runs
+            .iter()
+            .map(|r| (sorted[r.start] * psize as u64, (r.len() * psize) as u64))
+            .collect();
+        source.will_need(&ranges);
+    }
+    for run in runs {
+        source.read_exact_at(
+            &mut dest[run.start * psize..run.end * psize],
+            sorted[run.start] * psize as u64,
+        )?;
+    }
+    Ok(())
 }
 
 /// The runs of consecutive page numbers in `sorted` (ascending, unique),
