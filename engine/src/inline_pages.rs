@@ -114,16 +114,41 @@ pub(crate) fn space(pages: usize, page_size: u32) -> KeptSpace {
     }
 }
 
-/// Where `entry`'s value lies in the value area, if it is served from a
-/// kept page: `(offset, length)`.
-pub(crate) fn kept_value(memory: &NodeMemory, entry: &RecordEntry) -> Option<(u64, u64)> {
-    let psize = memory.kept_space().page_size as u64;
-    let pgno = entry.inline_page(psize)?;
-    let page = memory.kept_page(pgno)?;
-    Some((
-        page as u64 + (entry.value_offset - pgno * psize),
-        u64::from(entry.value_len),
-    ))
+/// Finds values in the kept pages, remembering the last page looked up:
+/// a round's records come mostly in key order, many to a page, and a
+/// search of the table per record was a visible part of serving them.
+pub(crate) struct KeptLookup<'m> {
+    memory: &'m NodeMemory,
+    psize: u64,
+    last: Option<(u64, Option<usize>)>,
+}
+
+impl<'m> KeptLookup<'m> {
+    pub(crate) fn new(memory: &'m NodeMemory) -> Self {
+        KeptLookup {
+            memory,
+            psize: memory.kept_space().page_size as u64,
+            last: None,
+        }
+    }
+
+    /// Where `entry`'s value lies in the value area, if it is served from
+    /// a kept page: `(offset, length)`.
+    pub(crate) fn value(&mut self, entry: &RecordEntry) -> Option<(u64, u64)> {
+        let pgno = entry.inline_page(self.psize)?;
+        let page = match self.last {
+            Some((p, found)) if p == pgno => found,
+            _ => {
+                let found = self.memory.kept_page(pgno);
+                self.last = Some((pgno, found));
+                found
+            }
+        }?;
+        Some((
+            page as u64 + (entry.value_offset - pgno * self.psize),
+            u64::from(entry.value_len),
+        ))
+    }
 }
 
 /// The value area to lay out: `data_len`, or less when that lets a

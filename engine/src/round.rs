@@ -199,6 +199,7 @@ impl Engine {
         let mut spans = Vec::new();
         let mut owners = Vec::new();
         let mut kept = Vec::new();
+        let mut lookup = inline_pages::KeptLookup::new(memory);
         for s in 0..k {
             for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
                 for_each_wanted_slot(
@@ -208,7 +209,7 @@ impl Engine {
                     first + s,
                     |slot| {
                         let ordinal = self.order.ordinal(slot.epoch, slot.position) as usize;
-                        let in_page = inline_pages::kept_value(memory, &entries[ordinal]);
+                        let in_page = lookup.value(&entries[ordinal]);
                         if in_page.is_none() {
                             spans.push(entries[ordinal].span());
                         }

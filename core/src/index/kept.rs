@@ -9,7 +9,8 @@
 //! touched.
 
 use super::{
-    parse_leaf_batch, read_sorted_into, IndexPart, PageBatch, Pages, PagesIn, RecordEntry,
+    consecutive_runs, parse_leaf_batch_into, read_sorted_into, IndexPart, PageBatch, Pages,
+    PagesIn, RecordEntry, MAX_PAGES_PER_READ,
 };
 use crate::database::{Database, Tree};
 use crate::error::Result;
@@ -111,22 +112,34 @@ pub fn parse_leaves_keeping<R: ReadAt>(
     }
     let mut scratch = Vec::new();
     let mut sorted = Vec::new();
-    for pgnos in leaves.chunks(chunk_pages.clamp(1, 1 << 20)) {
+    let mut chunks = leaves.chunks(chunk_pages.clamp(1, 1 << 20)).peekable();
+    let mut done = 0;
+    while let Some(pgnos) = chunks.next() {
         sorted.clear();
         sorted.extend_from_slice(pgnos);
         sorted.sort_unstable();
         let bytes = sorted.len() * psize;
         let next = kept.placed.len();
-        let chunk = if slots > 0 && room > 0 && next + sorted.len() <= slots {
-            let dest = &mut area[next * psize..next * psize + bytes];
+        let before = part.entries.len();
+        // Read, then (while the storage fetches the next chunk) parse.
+        let following = chunks.peek().copied();
+        let read = |dest: &mut [u8]| -> Result<()> {
             read_sorted_into(db.source(), psize as u32, &sorted, dest)?;
+            if let Some(following) = following {
+                advise(db.source(), psize as u64, following);
+            }
+            Ok(())
+        };
+        if slots > 0 && room > 0 && next + sorted.len() <= slots {
+            let dest = &mut area[next * psize..next * psize + bytes];
+            read(dest)?;
             let in_place = PagesIn {
                 pgnos: &sorted,
                 bytes: dest,
                 psize,
             };
-            let chunk = parse_leaf_batch(db, tree, pgnos, &in_place)?;
-            let mut keep = inline_pages(&chunk.entries, psize as u64, room);
+            parse_leaf_batch_into(db, tree, pgnos, &in_place, &mut part)?;
+            let mut keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             keep.sort_unstable();
             // `keep` is a sorted subset of `sorted`: the k-th kept page
@@ -140,44 +153,65 @@ pub fn parse_leaves_keeping<R: ReadAt>(
                 }
                 kept.placed.push(pgno);
             }
-            chunk
         } else if slots > 0 || room == 0 {
             if scratch.len() < bytes {
                 scratch.resize(bytes, 0);
             }
-            read_sorted_into(db.source(), psize as u32, &sorted, &mut scratch[..bytes])?;
+            read(&mut scratch[..bytes])?;
             let pages = PagesIn {
                 pgnos: &sorted,
                 bytes: &scratch[..bytes],
                 psize,
             };
-            let chunk = parse_leaf_batch(db, tree, pgnos, &pages)?;
-            let keep = inline_pages(&chunk.entries, psize as u64, room);
+            parse_leaf_batch_into(db, tree, pgnos, &pages, &mut part)?;
+            let keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             for pgno in keep {
                 let slot = kept.placed.len();
                 area[slot * psize..(slot + 1) * psize].copy_from_slice(pages.page(pgno));
                 kept.placed.push(pgno);
             }
-            chunk
         } else {
             let batch = PageBatch::read(db.source(), psize as u32, &sorted)?;
-            let chunk = parse_leaf_batch(db, tree, pgnos, &batch)?;
-            let keep = inline_pages(&chunk.entries, psize as u64, room);
+            if let Some(following) = following {
+                advise(db.source(), psize as u64, following);
+            }
+            parse_leaf_batch_into(db, tree, pgnos, &batch, &mut part)?;
+            let keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             if !keep.is_empty() {
                 let b = kept.batches.len();
                 kept.held.extend(keep.into_iter().map(|p| (p, b)));
                 kept.batches.push(batch);
             }
-            chunk
-        };
-        part.append(&IndexPart {
-            keys: chunk.keys,
-            entries: chunk.entries,
-        });
+        }
+        done += pgnos.len();
+        if done == pgnos.len() {
+            reserve_like(&mut part, done, leaves.len());
+        }
     }
     Ok((part, kept))
+}
+
+/// Makes room in `part` (parsed from the first `done` of `total` pages)
+/// for all of them at the density seen so far, plus a little: growing it
+/// by doubling copies it and faults fresh memory in each time.
+fn reserve_like(part: &mut IndexPart, done: usize, total: usize) {
+    let scale = |n: usize| (n / done.max(1)).saturating_mul(total).saturating_add(n) / 16 * 17;
+    part.entries
+        .reserve(scale(part.entries.len()).saturating_sub(part.entries.len()));
+    part.keys
+        .reserve(scale(part.keys.len()).saturating_sub(part.keys.len()));
+}
+
+/// Tells `source` that `pgnos` will be read next.
+fn advise<R: ReadAt + ?Sized>(source: &R, psize: u64, pgnos: &[u64]) {
+    let mut sorted = pgnos.to_vec();
+    sorted.sort_unstable();
+    let ranges: Vec<(u64, u64)> = consecutive_runs(&sorted, MAX_PAGES_PER_READ)
+        .map(|r| (sorted[r.start] * psize, r.len() as u64 * psize))
+        .collect();
+    source.will_need(&ranges);
 }
 
 /// The first `room` pages (in key order) holding an inline value among

@@ -579,12 +579,28 @@ fn parse_leaf_batch<R: ReadAt>(
     pgnos: &[u64],
     batch: &dyn Pages,
 ) -> Result<LeafChunk> {
+    let mut part = IndexPart::default();
+    parse_leaf_batch_into(db, tree, pgnos, batch, &mut part)?;
+    Ok(LeafChunk {
+        keys: part.keys,
+        entries: part.entries,
+    })
+}
+
+/// Parses `pgnos` (leaf pages in key order), all of them in `batch`, onto
+/// the end of `out` (keys in order among themselves; the seam with what
+/// `out` held is left to [`check_index`]). On failure `out` may hold some
+/// of the chunk's records.
+pub(crate) fn parse_leaf_batch_into<R: ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    pgnos: &[u64],
+    batch: &dyn Pages,
+    out: &mut IndexPart,
+) -> Result<()> {
     let psize = db.page_size();
     let order = tree.key_order();
-    let mut chunk = LeafChunk {
-        keys: Vec::new(),
-        entries: Vec::new(),
-    };
+    let chunk = out;
     let mut prev: Option<(usize, usize)> = None;
     for &pgno in pgnos {
         let page = TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
@@ -629,7 +645,7 @@ fn parse_leaf_batch<R: ReadAt>(
             });
         }
     }
-    Ok(chunk)
+    Ok(())
 }
 
 fn check_overflow<R: ReadAt>(
