@@ -265,8 +265,11 @@ fn kept_leaf_pages_are_the_files_whether_read_in_place_or_held() {
         let three = 3 * psize as u64;
         // (area in pages, budget, chunk): room for all, for a chunk or
         // two, for less than a chunk, a budget below the area, no area.
+        // Chunks of 64 read through the gaps between runs of leaves.
         for (slots, budget, chunk) in [
             (inline.len() + 16, all, 5),
+            (inline.len() + 16, all, 64),
+            (70, all, 64),
             (9, all, 4),
             (3, all, 8),
             (inline.len() + 16, three, 2),

@@ -9,8 +9,8 @@
 //! touched.
 
 use super::{
-    consecutive_runs, parse_leaf_batch_into, read_sorted_into, IndexPart, PageBatch, Pages,
-    PagesIn, RecordEntry, MAX_PAGES_PER_READ,
+    consecutive_runs, parse_leaf_batch_into, read_spanning_into, spanned_slots, IndexPart,
+    PageBatch, Pages, PagesIn, RecordEntry, MAX_PAGES_PER_READ,
 };
 use crate::database::{Database, Tree};
 use crate::error::Result;
@@ -87,8 +87,9 @@ impl KeptLeaves {
 /// to `budget` bytes) the leaf pages that hold at least one inline value.
 ///
 /// With a non-empty `area`, pages are kept only there (as many as fit):
-/// each chunk is read into the area's next free slots and parsed in place,
-/// and the pages not kept are squeezed out. A chunk that does not fit is
+/// each chunk is read into the area's next free slots (through the small
+/// gaps between its runs, see [`super::read_spanning_into`]) and parsed in
+/// place, and the pages not kept (and the gaps) are squeezed out. A chunk that does not fit is
 /// read into one reused buffer and its kept pages copied. With an empty
 /// `area`, the kept pages are held in the batches they were read into.
 pub fn parse_leaves_keeping<R: ReadAt>(
@@ -112,29 +113,32 @@ pub fn parse_leaves_keeping<R: ReadAt>(
     }
     let mut scratch = Vec::new();
     let mut sorted = Vec::new();
+    let mut at = Vec::new();
     let mut chunks = leaves.chunks(chunk_pages.clamp(1, 1 << 20)).peekable();
     let mut done = 0;
     while let Some(pgnos) = chunks.next() {
         sorted.clear();
         sorted.extend_from_slice(pgnos);
         sorted.sort_unstable();
-        let bytes = sorted.len() * psize;
+        let span = spanned_slots(&sorted);
+        let bytes = span * psize;
         let next = kept.placed.len();
         let before = part.entries.len();
         // Read, then (while the storage fetches the next chunk) parse.
         let following = chunks.peek().copied();
-        let read = |dest: &mut [u8]| -> Result<()> {
-            read_sorted_into(db.source(), psize as u32, &sorted, dest)?;
+        let read = |dest: &mut [u8], at: &mut Vec<usize>| -> Result<()> {
+            read_spanning_into(db.source(), psize as u32, &sorted, dest, at)?;
             if let Some(following) = following {
                 advise(db.source(), psize as u64, following);
             }
             Ok(())
         };
-        if slots > 0 && room > 0 && next + sorted.len() <= slots {
+        if slots > 0 && room > 0 && next + span <= slots {
             let dest = &mut area[next * psize..next * psize + bytes];
-            read(dest)?;
+            read(dest, &mut at)?;
             let in_place = PagesIn {
                 pgnos: &sorted,
+                slots: Some(&at),
                 bytes: dest,
                 psize,
             };
@@ -142,13 +146,13 @@ pub fn parse_leaves_keeping<R: ReadAt>(
             let mut keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             keep.sort_unstable();
-            // `keep` is a sorted subset of `sorted`: the k-th kept page
-            // sits at or after position k, so moving them down in order
-            // never overwrites one still to move.
+            // `keep` is a sorted subset of `sorted`, whose slots ascend
+            // from 0: the k-th kept page sits at slot k or later, so moving
+            // them down in order never overwrites one still to move.
             for (k, pgno) in keep.into_iter().enumerate() {
-                let i = sorted.partition_point(|&p| p < pgno);
-                if i != k {
-                    let from = (next + i) * psize;
+                let from = at[sorted.partition_point(|&p| p < pgno)];
+                if from != k {
+                    let from = (next + from) * psize;
                     area.copy_within(from..from + psize, (next + k) * psize);
                 }
                 kept.placed.push(pgno);
@@ -157,9 +161,10 @@ pub fn parse_leaves_keeping<R: ReadAt>(
             if scratch.len() < bytes {
                 scratch.resize(bytes, 0);
             }
-            read(&mut scratch[..bytes])?;
+            read(&mut scratch[..bytes], &mut at)?;
             let pages = PagesIn {
                 pgnos: &sorted,
+                slots: Some(&at),
                 bytes: &scratch[..bytes],
                 psize,
             };

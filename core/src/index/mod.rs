@@ -21,7 +21,10 @@ use crate::source::{IoSnapshot, ReadAt};
 
 pub use kept::{parse_leaves_keeping, KeptLeaves};
 pub use pages::consecutive_runs;
-pub use pages::{read_sorted_into, PageBatch, PageBitmap, Pages, PagesIn, MAX_PAGES_PER_READ};
+pub use pages::{
+    read_sorted_into, read_spanning_into, spanned_slots, PageBatch, PageBitmap, Pages, PagesIn,
+    MAX_PAGES_PER_READ, SPANNED_GAP,
+};
 
 /// Where one record lives. 24 bytes, so an index of 10 M records is 240 MB
 /// plus the keys.

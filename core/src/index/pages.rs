@@ -63,6 +63,7 @@ impl Pages for PageBatch {
     fn page(&self, pgno: u64) -> &[u8] {
         PagesIn {
             pgnos: &self.pgnos,
+            slots: None,
             bytes: &self.bytes,
             psize: self.psize,
         }
@@ -70,11 +71,14 @@ impl Pages for PageBatch {
     }
 }
 
-/// Pages read into memory the caller owns (see [`read_sorted_into`]):
-/// page `pgnos[i]` is `bytes[i * psize..][..psize]`.
+/// Pages read into memory the caller owns (see [`read_sorted_into`] and
+/// [`read_spanning_into`]): page `pgnos[i]` is in slot `slots[i]` (or `i`
+/// without `slots`) of `bytes`, a slot being `psize` bytes.
 pub struct PagesIn<'a> {
     /// Sorted, unique.
     pub pgnos: &'a [u64],
+    /// Each page's slot, if not its position in `pgnos`.
+    pub slots: Option<&'a [usize]>,
     /// The pages, in the order of `pgnos`.
     pub bytes: &'a [u8],
     /// Bytes per page.
@@ -87,7 +91,8 @@ impl<'a> PagesIn<'a> {
             .pgnos
             .binary_search(&pgno)
             .expect("page requested from a batch that did not read it");
-        &self.bytes[i * self.psize..(i + 1) * self.psize]
+        let slot = self.slots.map_or(i, |s| s[i]);
+        &self.bytes[slot * self.psize..(slot + 1) * self.psize]
     }
 }
 
@@ -125,6 +130,84 @@ pub fn read_sorted_into<R: ReadAt + ?Sized>(
         )?;
     }
     Ok(())
+}
+
+/// Reads `sorted` (ascending, unique) into `dest` in fewer, larger
+/// requests than [`read_sorted_into`]: runs of consecutive pages separated
+/// by a gap of at most [`SPANNED_GAP`] pages are read as one, gap and all,
+/// as long as the gaps read stay within 1/32 of the pages asked for (in a
+/// bulk-loaded tree the leaves come in runs of a few hundred with a branch
+/// page between; on a network file system each request is a round trip).
+/// Fills `slots` with each page's slot in `dest` (`psize` bytes per slot)
+/// and returns the slots used; `dest` must hold [`spanned_slots`] of them.
+pub fn read_spanning_into<R: ReadAt + ?Sized>(
+    source: &R,
+    psize: u32,
+    sorted: &[u64],
+    dest: &mut [u8],
+    slots: &mut Vec<usize>,
+) -> Result<usize> {
+    let psize = psize as usize;
+    let spans = spanning_runs(sorted);
+    slots.clear();
+    let mut used = 0;
+    let mut reads = Vec::with_capacity(spans.len());
+    for r in &spans {
+        let first = sorted[r.start];
+        slots.extend(
+            sorted[r.clone()]
+                .iter()
+                .map(|&p| used + (p - first) as usize),
+        );
+        let len = (sorted[r.end - 1] - first + 1) as usize;
+        reads.push((used, first, len));
+        used += len;
+    }
+    if reads.len() > 1 {
+        let ranges: Vec<(u64, u64)> = reads
+            .iter()
+            .map(|&(_, first, len)| (first * psize as u64, (len * psize) as u64))
+            .collect();
+        source.will_need(&ranges);
+    }
+    for (at, first, len) in reads {
+        source.read_exact_at(
+            &mut dest[at * psize..(at + len) * psize],
+            first * psize as u64,
+        )?;
+    }
+    Ok(used)
+}
+
+/// Most pages of a gap [`read_spanning_into`] reads through.
+pub const SPANNED_GAP: u64 = 4;
+
+/// Slots [`read_spanning_into`] needs for `sorted`.
+pub fn spanned_slots(sorted: &[u64]) -> usize {
+    spanning_runs(sorted)
+        .iter()
+        .map(|r| (sorted[r.end - 1] - sorted[r.start] + 1) as usize)
+        .sum()
+}
+
+/// The runs [`read_spanning_into`] reads, as ranges of positions in
+/// `sorted`: each at most [`MAX_PAGES_PER_READ`] pages long, gaps and all.
+fn spanning_runs(sorted: &[u64]) -> Vec<std::ops::Range<usize>> {
+    let mut allowance = sorted.len() as u64 / 32;
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for run in consecutive_runs(sorted, MAX_PAGES_PER_READ) {
+        if let Some(last) = out.last_mut() {
+            let gap = sorted[run.start] - sorted[last.end - 1] - 1;
+            let span = sorted[run.end - 1] - sorted[last.start] + 1;
+            if gap > 0 && gap <= SPANNED_GAP.min(allowance) && span <= MAX_PAGES_PER_READ as u64 {
+                allowance -= gap;
+                last.end = run.end;
+                continue;
+            }
+        }
+        out.push(run);
+    }
+    out
 }
 
 /// The runs of consecutive page numbers in `sorted` (ascending, unique),
@@ -205,6 +288,42 @@ mod tests {
         let runs: Vec<_> = consecutive_runs(&[1, 2, 3, 5, 6, 9], usize::MAX).collect();
         assert_eq!(runs, vec![0..3, 3..5, 5..6]);
         assert_eq!(consecutive_runs(&[], 4).count(), 0);
+    }
+
+    #[test]
+    fn spanning_reads_cross_small_gaps_within_their_allowance() {
+        let psize = 512u32;
+        let mut file = vec![0u8; 300 * psize as usize];
+        for p in 0..300 {
+            file[p * 512] = p as u8;
+        }
+        let src = MemSource::new(file, "mem");
+        // 128 pages with one-page gaps after 40 and 80, a 10-page gap
+        // after 120: 4 gap pages allowed (128 / 32), 2 used.
+        let pages: Vec<u64> = (0..40)
+            .chain(41..81)
+            .chain(82..122)
+            .chain(132..140)
+            .collect();
+        assert_eq!(spanned_slots(&pages), 122 + 8);
+        let mut dest = vec![0u8; 130 * 512];
+        let mut slots = Vec::new();
+        let used = read_spanning_into(&src, psize, &pages, &mut dest, &mut slots).unwrap();
+        assert_eq!(used, 130);
+        assert_eq!(src.counters().read_requests, 2);
+        assert_eq!(src.counters().bytes_read, 130 * 512);
+        let view = PagesIn {
+            pgnos: &pages,
+            slots: Some(&slots),
+            bytes: &dest,
+            psize: 512,
+        };
+        for &p in &pages {
+            assert_eq!(view.page(p)[0], p as u8);
+        }
+        // Without the allowance (few pages), gaps are not read.
+        let few = [1u64, 3, 5];
+        assert_eq!(spanned_slots(&few), 3);
     }
 
     #[test]
