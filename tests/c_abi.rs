@@ -45,6 +45,21 @@ fn assert_c_program_passes(exe: &Path, fx: &kit::Fixture, manifest: &Path, n: us
     );
 }
 
+/// Kept leaf pages read into a window too small for them and the index
+/// (`tests/c/kept_window_grows.c`): the window is made anew and every
+/// record still delivered once, as liblmdb has it.
+#[test]
+fn c_program_reads_kept_pages_into_a_window_that_must_grow() {
+    let work = kit::TempDir::new().unwrap();
+    let exe = compile_c("kept_window_grows", work.path());
+    for fx in [kit::inline_only(20_000, 73), kit::random_order(3000, 74)] {
+        let manifest = write_manifest(&fx, work.path());
+        for n in [1, 2, 4] {
+            assert_c_program_passes(&exe, &fx, &manifest, n);
+        }
+    }
+}
+
 #[test]
 fn c_program_reads_two_epochs_and_checks_every_record() {
     let work = kit::TempDir::new().unwrap();
