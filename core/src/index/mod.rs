@@ -10,6 +10,7 @@
 
 mod kept;
 mod pages;
+pub mod saved;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -1,0 +1,938 @@
+//! A built index saved to a file, for later jobs to load in a few large
+//! reads instead of scanning the tree (see docs/design/saved-index.md).
+//!
+//! The file is a fixed header, the entries and the keys. Each entry is
+//! three varints (key length, value length, and the value offset's change
+//! from the previous entry's with the flags in its low bits) and each key
+//! the length it shares with the previous key and the rest: about 7 bytes
+//! a record where the engine holds 24 and the key, so a job reads a
+//! fraction of what a scan reads. The header ties the file to one state
+//! of one database (the file's length and modification time, the current
+//! meta page and its txnid, the roots, the page size, the entry count and
+//! the digest of [`Database::identity_digest`]) and carries a checksum of
+//! each part; a file whose header, identity, length, checksums or
+//! encoding disagree is refused, never served.
+
+use crate::database::{Database, Tree};
+use crate::index::RecordEntry;
+use crate::source::ReadAt;
+
+/// First bytes of a saved index.
+pub const MAGIC: [u8; 8] = *b"LMDBIOIX";
+/// Format version: bumped whenever the layout or the meaning of a field
+/// changes, so an older file is refused rather than misread.
+pub const VERSION: u32 = 1;
+/// Bytes of the header: 16 of magic, version and length, the identity's
+/// words and six more, room for more, and the header's own checksum last.
+pub const HEADER_LEN: usize = 192;
+const ENTRY_LEN: usize = std::mem::size_of::<RecordEntry>();
+const IDENTITY_WORDS: usize = 11;
+/// After the identity: records, key bytes, encoded entry bytes, the
+/// entries' and keys' checksums, value bytes, encoded key bytes, and the
+/// restart table's checksum.
+const COUNT_WORDS: usize = 8;
+/// Records between restart points: the first record after one is coded
+/// on its own (its absolute value offset, a key sharing nothing), and the
+/// table at the end of the file says where each starts, so parts of the
+/// file are checked and decoded on threads of their own.
+pub const RESTART: u64 = 1 << 15;
+const TABLE_ENTRY: usize = 24;
+const _: () = assert!(16 + (IDENTITY_WORDS + COUNT_WORDS) * 8 <= HEADER_LEN - 8);
+
+/// What a saved index belongs to: one state of one tree of one data file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SavedIdentity {
+    /// Length of the data file in bytes.
+    pub file_len: u64,
+    /// The current meta page's `mm_txnid`.
+    pub txnid: u64,
+    /// Which meta page is current (0 or 1).
+    pub meta_page: u64,
+    /// The current meta page's `mm_last_pg`.
+    pub last_pg: u64,
+    /// Root page of MAIN.
+    pub main_root: u64,
+    /// Root page of the tree indexed (MAIN's again for MAIN).
+    pub tree_root: u64,
+    /// The file's page size.
+    pub page_size: u64,
+    /// Records the tree descriptor counts.
+    pub entries: u64,
+    /// [`Database::identity_digest`] of the tree (descriptors and root
+    /// page bytes).
+    pub digest: u64,
+    /// A hash of the tree's name (a distinct value for MAIN).
+    pub name_hash: u64,
+    /// The data file's modification time in nanoseconds, when the caller
+    /// knows it (0 otherwise): a write that bypassed liblmdb (damage, a
+    /// copy over it) leaves the txnid as it was, not the time.
+    pub file_mtime_ns: u64,
+}
+
+impl SavedIdentity {
+    /// The identity of `tree` in `db` as opened now.
+    pub fn of<R: ReadAt>(db: &Database<R>, tree: &Tree) -> SavedIdentity {
+        let m = db.meta();
+        SavedIdentity {
+            file_len: db.file_len(),
+            txnid: m.mm_txnid,
+            meta_page: m.mm_txnid & 1,
+            last_pg: m.mm_last_pg,
+            main_root: m.main_db.md_root,
+            tree_root: tree.db.md_root,
+            page_size: u64::from(db.page_size()),
+            entries: tree.db.md_entries,
+            digest: db.identity_digest(tree),
+            name_hash: name_hash(tree.name.as_deref()),
+            file_mtime_ns: 0,
+        }
+    }
+
+    fn words(&self) -> [u64; IDENTITY_WORDS] {
+        [
+            self.file_len,
+            self.txnid,
+            self.meta_page,
+            self.last_pg,
+            self.main_root,
+            self.tree_root,
+            self.page_size,
+            self.entries,
+            self.digest,
+            self.name_hash,
+            self.file_mtime_ns,
+        ]
+    }
+
+    fn from_words(w: &[u64]) -> SavedIdentity {
+        SavedIdentity {
+            file_len: w[0],
+            txnid: w[1],
+            meta_page: w[2],
+            last_pg: w[3],
+            main_root: w[4],
+            tree_root: w[5],
+            page_size: w[6],
+            entries: w[7],
+            digest: w[8],
+            name_hash: w[9],
+            file_mtime_ns: w[10],
+        }
+    }
+}
+
+/// A hash of a tree's name that tells MAIN (`None`) from every name.
+pub fn name_hash(name: Option<&str>) -> u64 {
+    match name {
+        None => checksum(b"\0main"),
+        Some(n) => checksum(&[b"\x01", n.as_bytes()].concat()),
+    }
+}
+
+/// Why a saved index was not used. Not an error: the caller builds the
+/// index instead (and may save it again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Shorter than its header, or not the length its header implies.
+    Length {
+        /// Bytes the header implies (or the header's own length).
+        expected: u64,
+        /// Bytes found.
+        found: u64,
+    },
+    /// Not a saved index of this format (magic, version or header length).
+    Format(String),
+    /// The header's own checksum does not match: damaged.
+    Header,
+    /// Made from another database, or another state of this one.
+    Identity(String),
+    /// A part's checksum does not match: damaged.
+    Checksum(&'static str),
+    /// Entry `0` does not decode, or points outside the keys or the data
+    /// file.
+    Entry(u64),
+    /// This machine is big-endian: the format is little-endian only.
+    BigEndian,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Length { expected, found } => {
+                write!(f, "{found} bytes where {expected} were expected")
+            }
+            Refusal::Format(why) => write!(f, "not a saved index of this version: {why}"),
+            Refusal::Header => write!(f, "header checksum mismatch"),
+            Refusal::Identity(why) => write!(f, "made from another database state: {why}"),
+            Refusal::Checksum(part) => write!(f, "{part} checksum mismatch"),
+            Refusal::Entry(i) => write!(
+                f,
+                "entry {i} does not decode or points outside the keys or the file"
+            ),
+            Refusal::BigEndian => write!(f, "saved indexes are little-endian only"),
+        }
+    }
+}
+
+/// The sizes of a saved index, known once it is checked: what the node's
+/// memory must hold and what the ranks agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Summary {
+    /// Entries.
+    pub records: u64,
+    /// Bytes of every key together.
+    pub key_bytes: u64,
+    /// Bytes of every value together.
+    pub value_bytes: u64,
+    /// The longest span one value covers in the data file
+    /// ([`RecordEntry::span`]).
+    pub largest_span: u64,
+}
+
+/// A saved index read and checked: header, identity, length, checksums,
+/// and every entry decoded once without being kept.
+#[derive(Debug, Clone)]
+pub struct SavedIndex {
+    bytes: Vec<u8>,
+    chunks: Vec<Chunk>,
+    summary: Summary,
+}
+
+/// The records between two restart points: where their entries and keys
+/// lie in the file, and where their keys start in the key store.
+#[derive(Debug, Clone)]
+struct Chunk {
+    first: u64,
+    records: u64,
+    entries: std::ops::Range<usize>,
+    keys: std::ops::Range<usize>,
+    key_start: u64,
+    key_end: u64,
+}
+
+impl SavedIndex {
+    /// Checks the whole file `bytes` against `expected`.
+    pub fn open(bytes: Vec<u8>, expected: &SavedIdentity) -> Result<SavedIndex, Refusal> {
+        if cfg!(target_endian = "big") {
+            return Err(Refusal::BigEndian);
+        }
+        let Some(h) = bytes.get(..HEADER_LEN) else {
+            return Err(Refusal::Length {
+                expected: HEADER_LEN as u64,
+                found: bytes.len() as u64,
+            });
+        };
+        if h[..8] != MAGIC {
+            return Err(Refusal::Format("bad magic".into()));
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
+        if version != VERSION || len as usize != HEADER_LEN {
+            return Err(Refusal::Format(format!(
+                "version {version} with a {len}-byte header (this build reads version {VERSION})"
+            )));
+        }
+        let stored_sum = u64::from_le_bytes(h[HEADER_LEN - 8..].try_into().unwrap_or_default());
+        if checksum(&h[..HEADER_LEN - 8]) != stored_sum {
+            return Err(Refusal::Header);
+        }
+        let word =
+            |i: usize| u64::from_le_bytes(h[16 + 8 * i..24 + 8 * i].try_into().unwrap_or_default());
+        let words: Vec<u64> = (0..IDENTITY_WORDS).map(word).collect();
+        let identity = SavedIdentity::from_words(&words);
+        if identity != *expected {
+            return Err(Refusal::Identity(identity_difference(&identity, expected)));
+        }
+        let count = |i: usize| word(IDENTITY_WORDS + i);
+        let (records, key_bytes, entries_len) = (count(0), count(1), count(2));
+        let (entries_sum, keys_sum, value_bytes) = (count(3), count(4), count(5));
+        let (keys_len, table_sum) = (count(6), count(7));
+        if records != expected.entries {
+            return Err(Refusal::Identity(format!(
+                "{records} entries for a tree of {}",
+                expected.entries
+            )));
+        }
+        let table_len = records.div_ceil(RESTART) * TABLE_ENTRY as u64;
+        let want = [entries_len, keys_len, table_len]
+            .iter()
+            .try_fold(HEADER_LEN as u64, |n, &l| n.checked_add(l));
+        if want != Some(bytes.len() as u64) {
+            return Err(Refusal::Length {
+                expected: want.unwrap_or(u64::MAX),
+                found: bytes.len() as u64,
+            });
+        }
+        let entries_end = HEADER_LEN + entries_len as usize;
+        let keys_end = entries_end + keys_len as usize;
+        for (part, range, sum) in [
+            ("entries", HEADER_LEN..entries_end, entries_sum),
+            ("keys", entries_end..keys_end, keys_sum),
+            ("restart table", keys_end..bytes.len(), table_sum),
+        ] {
+            if checksum(&bytes[range]) != sum {
+                return Err(Refusal::Checksum(part));
+            }
+        }
+        let chunks = chunks(
+            &bytes[keys_end..],
+            records,
+            (entries_end, keys_end),
+            key_bytes,
+        )?;
+        let mut saved = SavedIndex {
+            bytes,
+            chunks,
+            summary: Summary::default(),
+        };
+        let file_len = expected.file_len;
+        let parts = in_parallel(saved.chunks.iter().collect(), |c| {
+            let mut found = Summary::default();
+            saved.walk(c, file_len, |e, _, _, _| {
+                found.records += 1;
+                found.value_bytes += u64::from(e.value_len);
+                found.largest_span = found.largest_span.max(e.span().1);
+            })?;
+            Ok(found)
+        })?;
+        let found = parts.iter().fold(
+            Summary {
+                key_bytes,
+                ..Summary::default()
+            },
+            |a, p| Summary {
+                records: a.records + p.records,
+                value_bytes: a.value_bytes + p.value_bytes,
+                largest_span: a.largest_span.max(p.largest_span),
+                ..a
+            },
+        );
+        if found.records != records || found.value_bytes != value_bytes {
+            return Err(Refusal::Entry(records));
+        }
+        saved.summary = found;
+        Ok(saved)
+    }
+
+    /// The index's sizes.
+    pub fn summary(&self) -> Summary {
+        self.summary
+    }
+
+    /// Decodes the entries into `entries` (the engine's layout,
+    /// `records * 24` bytes) and, if given, the keys into `keys`
+    /// (`key_bytes`), a part of the file per thread. Without keys the
+    /// entries still say where each key would lie.
+    pub fn decode_into(&self, entries: &mut [u8], keys: Option<&mut [u8]>) -> Result<(), Refusal> {
+        let s = self.summary;
+        if entries.len() as u64 != s.records * ENTRY_LEN as u64
+            || keys.as_ref().is_some_and(|k| k.len() as u64 != s.key_bytes)
+        {
+            return Err(Refusal::Length {
+                expected: s.records * ENTRY_LEN as u64,
+                found: entries.len() as u64,
+            });
+        }
+        let mut keys_left = keys;
+        let mut work = Vec::with_capacity(self.chunks.len());
+        for (c, out) in self
+            .chunks
+            .iter()
+            .zip(entries.chunks_mut(RESTART as usize * ENTRY_LEN))
+        {
+            let mine = match keys_left.take() {
+                Some(k) => {
+                    let (mine, rest) = k.split_at_mut((c.key_end - c.key_start) as usize);
+                    keys_left = Some(rest);
+                    Some(mine)
+                }
+                None => None,
+            };
+            work.push((c, out, mine));
+        }
+        in_parallel(work, |(c, out, mut keys)| {
+            let mut out = out.chunks_exact_mut(ENTRY_LEN);
+            self.walk(c, u64::MAX, |e, shared, suffix, prev| {
+                if let Some(chunk) = out.next() {
+                    chunk[..8].copy_from_slice(&e.key_start.to_le_bytes());
+                    chunk[8..16].copy_from_slice(&e.value_offset.to_le_bytes());
+                    chunk[16..20].copy_from_slice(&e.value_len.to_le_bytes());
+                    chunk[20..22].copy_from_slice(&e.key_len.to_le_bytes());
+                    chunk[22..24].copy_from_slice(&e.flags.to_le_bytes());
+                }
+                if let Some(k) = keys.as_deref_mut() {
+                    // The shared prefix is the previous key's first bytes
+                    // (walk checked it is that long); both relative to the
+                    // chunk's first key.
+                    let at = (e.key_start - c.key_start) as usize;
+                    k.copy_within(prev..prev + shared, at);
+                    k[at + shared..at + e.key_len as usize].copy_from_slice(suffix);
+                }
+            })
+        })?;
+        Ok(())
+    }
+
+    /// Every entry of chunk `c` in order with its key's shared length,
+    /// suffix and the previous key's start (relative to the chunk's first
+    /// key), checking the encoding, the keys against the chunk's share of
+    /// the key store and the value spans against a data file `file_len`
+    /// long.
+    fn walk(
+        &self,
+        c: &Chunk,
+        file_len: u64,
+        mut each: impl FnMut(&RecordEntry, usize, &[u8], usize),
+    ) -> Result<(), Refusal> {
+        let mut entries = Reader(&self.bytes[c.entries.clone()]);
+        let mut keys = Reader(&self.bytes[c.keys.clone()]);
+        let (mut key_start, mut offset) = (c.key_start, 0u64);
+        let (mut prev_start, mut prev_key_len) = (0usize, 0usize);
+        for i in c.first..c.first + c.records {
+            let bad = || Refusal::Entry(i);
+            let key_len = entries.varint().ok_or_else(bad)?;
+            let value_len = entries.varint().ok_or_else(bad)?;
+            let packed = entries.varint().ok_or_else(bad)?;
+            let shared = keys.varint().ok_or_else(bad)? as usize;
+            if key_len > u64::from(u16::MAX)
+                || value_len > u64::from(u32::MAX)
+                || shared > prev_key_len
+                || shared as u64 > key_len
+            {
+                return Err(bad());
+            }
+            let suffix = keys.take(key_len as usize - shared).ok_or_else(bad)?;
+            offset = offset.wrapping_add(unzigzag(packed >> 2));
+            let e = RecordEntry {
+                key_start,
+                value_offset: offset,
+                value_len: value_len as u32,
+                key_len: key_len as u16,
+                flags: (packed & 3) as u16,
+            };
+            let (at, len) = e.span();
+            let inside = key_start + key_len <= c.key_end
+                && e.value_offset >= crate::format::PAGEHDRSZ as u64
+                && at.checked_add(len).is_some_and(|end| end <= file_len);
+            if !inside {
+                return Err(bad());
+            }
+            each(&e, shared, suffix, prev_start);
+            prev_start = (key_start - c.key_start) as usize;
+            key_start += key_len;
+            prev_key_len = key_len as usize;
+        }
+        if !entries.0.is_empty() || !keys.0.is_empty() || key_start != c.key_end {
+            return Err(Refusal::Entry(c.first + c.records));
+        }
+        Ok(())
+    }
+
+    /// Decodes into new vectors (for tests and one-process callers).
+    pub fn to_index(&self) -> Result<LoadedIndex, Refusal> {
+        let s = self.summary;
+        let mut bytes = vec![0u8; (s.records * ENTRY_LEN as u64) as usize];
+        let mut keys = vec![0u8; s.key_bytes as usize];
+        self.decode_into(&mut bytes, Some(&mut keys))?;
+        let entries = bytes
+            .chunks_exact(ENTRY_LEN)
+            .map(|b| {
+                let u64_at =
+                    |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+                RecordEntry {
+                    key_start: u64_at(0),
+                    value_offset: u64_at(8),
+                    value_len: u32::from_le_bytes(b[16..20].try_into().unwrap_or_default()),
+                    key_len: u16::from_le_bytes(b[20..22].try_into().unwrap_or_default()),
+                    flags: u16::from_le_bytes(b[22..24].try_into().unwrap_or_default()),
+                }
+            })
+            .collect();
+        Ok(LoadedIndex { entries, keys })
+    }
+}
+
+/// The chunks the restart table describes: each chunk's entries and keys
+/// lie in order, inside their parts (`entries_end` and `keys_end` end the
+/// entries and the keys in the file), and its keys in order in the key
+/// store of `key_bytes`.
+fn chunks(
+    table: &[u8],
+    records: u64,
+    (entries_end, keys_end): (usize, usize),
+    key_bytes: u64,
+) -> Result<Vec<Chunk>, Refusal> {
+    let rows: Vec<[u64; 3]> = table
+        .chunks_exact(TABLE_ENTRY)
+        .map(|r| {
+            let w =
+                |i: usize| u64::from_le_bytes(r[8 * i..8 * i + 8].try_into().unwrap_or_default());
+            [w(0), w(1), w(2)]
+        })
+        .collect();
+    let mut chunks = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let next = rows.get(i + 1).copied().unwrap_or([
+            (entries_end - HEADER_LEN) as u64,
+            (keys_end - entries_end) as u64,
+            key_bytes,
+        ]);
+        let in_order = (i > 0 || *row == [0, 0, 0])
+            && row[0] <= next[0]
+            && row[1] <= next[1]
+            && row[2] <= next[2]
+            && next[0] <= (entries_end - HEADER_LEN) as u64
+            && next[1] <= (keys_end - entries_end) as u64
+            && next[2] <= key_bytes;
+        if !in_order {
+            return Err(Refusal::Entry(i as u64 * RESTART));
+        }
+        let first = i as u64 * RESTART;
+        chunks.push(Chunk {
+            first,
+            records: RESTART.min(records - first),
+            entries: HEADER_LEN + row[0] as usize..HEADER_LEN + next[0] as usize,
+            keys: entries_end + row[1] as usize..entries_end + next[1] as usize,
+            key_start: row[2],
+            key_end: next[2],
+        });
+    }
+    Ok(chunks)
+}
+
+/// Runs `f` on every item, on up to one thread per core, and returns its
+/// results in order; the first failure in item order wins.
+fn in_parallel<T: Send, R: Send>(
+    items: Vec<T>,
+    f: impl Fn(T) -> Result<R, Refusal> + Sync,
+) -> Result<Vec<R>, Refusal> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if threads <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let n = items.len();
+    let work = std::sync::Mutex::new(items.into_iter().enumerate().collect::<Vec<_>>());
+    let results = std::sync::Mutex::new((0..n).map(|_| None).collect::<Vec<_>>());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let next = work.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                let Some((i, item)) = next else { break };
+                let r = f(item);
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(Refusal::Entry(u64::MAX))))
+        .collect()
+}
+
+fn identity_difference(found: &SavedIdentity, expected: &SavedIdentity) -> String {
+    const NAMES: [&str; IDENTITY_WORDS] = [
+        "file length",
+        "txnid",
+        "meta page",
+        "last page",
+        "main root",
+        "tree root",
+        "page size",
+        "entries",
+        "digest",
+        "tree name",
+        "file modification time",
+    ];
+    let (f, e) = (found.words(), expected.words());
+    NAMES
+        .iter()
+        .zip(f.iter().zip(e.iter()))
+        .filter(|(_, (a, b))| a != b)
+        .map(|(n, (a, b))| format!("{n} {a} (now {b})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A saved index read back into vectors.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadedIndex {
+    /// One per record, in key order.
+    pub entries: Vec<RecordEntry>,
+    /// Every key, back to back.
+    pub keys: Vec<u8>,
+}
+
+/// Checks a whole saved index file and decodes it into vectors.
+pub fn load(bytes: &[u8], expected: &SavedIdentity) -> Result<LoadedIndex, Refusal> {
+    SavedIndex::open(bytes.to_vec(), expected)?.to_index()
+}
+
+/// Writes a whole saved index of `entries` and `keys` (an index as built:
+/// keys back to back in entry order) belonging to `identity` to `out`.
+pub fn write<W: std::io::Write>(
+    out: &mut W,
+    identity: &SavedIdentity,
+    entries: &[RecordEntry],
+    keys: &[u8],
+) -> std::io::Result<()> {
+    if cfg!(target_endian = "big") {
+        return Err(std::io::Error::other(Refusal::BigEndian.to_string()));
+    }
+    let mut coded = Vec::with_capacity(entries.len() * 6);
+    let mut coded_keys = Vec::with_capacity(entries.len() * 4);
+    let mut table = Vec::new();
+    let (mut offset, mut prev, mut value_bytes, mut key_start) = (0u64, &[][..], 0u64, 0u64);
+    for (i, e) in entries.iter().enumerate() {
+        if i as u64 % RESTART == 0 {
+            for w in [coded.len() as u64, coded_keys.len() as u64, key_start] {
+                table.extend_from_slice(&w.to_le_bytes());
+            }
+            offset = 0;
+            prev = &[];
+        }
+        key_start += u64::from(e.key_len);
+        let key = keys
+            .get(e.key_start as usize..e.key_start as usize + e.key_len as usize)
+            .ok_or_else(|| std::io::Error::other("an entry's key lies outside the keys"))?;
+        if e.flags > 3 {
+            return Err(std::io::Error::other("unknown entry flags"));
+        }
+        put_varint(&mut coded, u64::from(e.key_len));
+        put_varint(&mut coded, u64::from(e.value_len));
+        let delta = zigzag(e.value_offset.wrapping_sub(offset));
+        put_varint(&mut coded, delta << 2 | u64::from(e.flags));
+        offset = e.value_offset;
+        let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
+        put_varint(&mut coded_keys, shared as u64);
+        coded_keys.extend_from_slice(&key[shared..]);
+        prev = key;
+        value_bytes += u64::from(e.value_len);
+    }
+    let key_bytes = key_start;
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+    let words = identity.words().into_iter().chain([
+        entries.len() as u64,
+        key_bytes,
+        coded.len() as u64,
+        checksum(&coded),
+        checksum(&coded_keys),
+        value_bytes,
+        coded_keys.len() as u64,
+        checksum(&table),
+    ]);
+    for (i, w) in words.enumerate() {
+        h[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
+    }
+    let sum = checksum(&h[..HEADER_LEN - 8]);
+    h[HEADER_LEN - 8..].copy_from_slice(&sum.to_le_bytes());
+    out.write_all(&h)?;
+    out.write_all(&coded)?;
+    out.write_all(&coded_keys)?;
+    out.write_all(&table)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(v: u64) -> u64 {
+    let v = v as i64;
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> u64 {
+    (v >> 1) ^ (v & 1).wrapping_neg()
+}
+
+/// Reads varints and byte runs off the front of a slice.
+struct Reader<'b>(&'b [u8]);
+
+impl<'b> Reader<'b> {
+    fn varint(&mut self) -> Option<u64> {
+        // Most varints here are one byte (lengths under 128).
+        if let Some((&b, rest)) = self.0.split_first() {
+            if b < 0x80 {
+                self.0 = rest;
+                return Some(u64::from(b));
+            }
+        }
+        let mut v = 0u64;
+        for (i, &b) in self.0.iter().enumerate().take(10) {
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                self.0 = &self.0[i + 1..];
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'b [u8]> {
+        let (run, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(run)
+    }
+}
+
+/// A 64-bit checksum, a word at a time. Each step is a bijection of the
+/// state for a given word, so changing any one word (any bit flip)
+/// always changes the result; the length is mixed in last, so appending
+/// or cutting zero bytes does too.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mix = |h: u64, w: u64| {
+        let h = (h ^ w).wrapping_mul(K);
+        h ^ (h >> 29)
+    };
+    let mut h = 0x243f_6a88_85a3_08d3u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        h = mix(h, u64::from_le_bytes(w.try_into().unwrap_or_default()));
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = mix(h, u64::from_le_bytes(tail));
+    mix(h, bytes.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (SavedIdentity, Vec<RecordEntry>, Vec<u8>) {
+        let id = SavedIdentity {
+            file_len: 1 << 20,
+            txnid: 7,
+            meta_page: 1,
+            last_pg: 255,
+            main_root: 3,
+            tree_root: 3,
+            page_size: 4096,
+            entries: 5,
+            digest: 0xdead_beef,
+            name_hash: name_hash(None),
+            file_mtime_ns: 1_700_000_000_000_000_000,
+        };
+        let mut keys = Vec::new();
+        let mut entries = Vec::new();
+        for i in 0..5u64 {
+            let key = format!("key{i:03}");
+            entries.push(RecordEntry {
+                key_start: keys.len() as u64,
+                value_offset: 4096 * (2 + i) + 100,
+                value_len: 50 + i as u32,
+                key_len: key.len() as u16,
+                flags: if i == 3 { RecordEntry::OVERFLOW } else { 0 },
+            });
+            keys.extend_from_slice(key.as_bytes());
+        }
+        (id, entries, keys)
+    }
+
+    fn file(id: &SavedIdentity, entries: &[RecordEntry], keys: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write(&mut out, id, entries, keys).unwrap();
+        out
+    }
+
+    #[test]
+    fn an_index_saved_loads_back_the_same() {
+        let (id, entries, keys) = sample();
+        let bytes = file(&id, &entries, &keys);
+        assert!(bytes.len() < HEADER_LEN + 5 * 24 + keys.len());
+        let back = load(&bytes, &id).unwrap();
+        assert_eq!(back.entries, entries);
+        assert_eq!(back.keys, keys);
+        // An empty tree too.
+        let empty = SavedIdentity { entries: 0, ..id };
+        let back = load(&file(&empty, &[], &[]), &empty).unwrap();
+        assert!(back.entries.is_empty() && back.keys.is_empty());
+    }
+
+    #[test]
+    fn many_records_round_trip_in_a_few_bytes_each_and_without_keys() {
+        let mut rng = 0x1234_5678u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut entries, mut keys) = (Vec::new(), Vec::new());
+        // Three chunks between restart points, decoded on threads.
+        for i in 0..2 * RESTART + 1000 {
+            let key = format!("{:08}_{}", i, "x".repeat((next() % 5) as usize));
+            let page = 2 + i / 30;
+            let overflow = next() % 7 == 0;
+            entries.push(RecordEntry {
+                key_start: keys.len() as u64,
+                value_offset: if overflow {
+                    (1 << 30) + i * 8192 + 16
+                } else {
+                    page * 4096 + 4000 - (i % 30) * 130
+                },
+                value_len: (next() % 120) as u32,
+                key_len: key.len() as u16,
+                flags: u16::from(overflow),
+            });
+            keys.extend_from_slice(key.as_bytes());
+        }
+        let id = SavedIdentity {
+            entries: entries.len() as u64,
+            file_len: 1 << 31,
+            ..sample().0
+        };
+        let bytes = file(&id, &entries, &keys);
+        assert!(bytes.len() < 10 * entries.len(), "{} bytes", bytes.len());
+        let saved = SavedIndex::open(bytes, &id).unwrap();
+        let s = saved.summary();
+        assert_eq!(s.records, entries.len() as u64);
+        assert_eq!(s.key_bytes, keys.len() as u64);
+        let back = saved.to_index().unwrap();
+        assert!(back.entries == entries && back.keys == keys);
+        let mut raw = vec![0u8; entries.len() * 24];
+        saved.decode_into(&mut raw, None).unwrap();
+        assert_eq!(raw[24..32], back.entries[1].key_start.to_le_bytes());
+        assert!(saved.decode_into(&mut raw[24..], None).is_err());
+    }
+
+    #[test]
+    fn truncation_at_every_length_is_refused() {
+        let (id, entries, keys) = sample();
+        let bytes = file(&id, &entries, &keys);
+        for cut in 0..bytes.len() {
+            assert!(load(&bytes[..cut], &id).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(load(&longer, &id).is_err());
+    }
+
+    #[test]
+    fn every_bit_flip_is_refused() {
+        let (id, entries, keys) = sample();
+        let bytes = file(&id, &entries, &keys);
+        for byte in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[byte] ^= 1 << bit;
+                assert!(load(&damaged, &id).is_err(), "bit {bit} of byte {byte}");
+            }
+        }
+    }
+
+    #[test]
+    fn another_database_state_is_refused_naming_what_differs() {
+        let (id, entries, keys) = sample();
+        let bytes = file(&id, &entries, &keys);
+        let others = [
+            SavedIdentity { txnid: 8, ..id },
+            SavedIdentity {
+                file_len: id.file_len + 4096,
+                ..id
+            },
+            SavedIdentity { meta_page: 0, ..id },
+            SavedIdentity { last_pg: 256, ..id },
+            SavedIdentity { main_root: 4, ..id },
+            SavedIdentity { tree_root: 9, ..id },
+            SavedIdentity {
+                page_size: 8192,
+                ..id
+            },
+            SavedIdentity { entries: 6, ..id },
+            SavedIdentity { digest: 1, ..id },
+            SavedIdentity {
+                name_hash: name_hash(Some("a")),
+                ..id
+            },
+            SavedIdentity {
+                file_mtime_ns: 1,
+                ..id
+            },
+        ];
+        for other in others {
+            match load(&bytes, &other) {
+                Err(Refusal::Identity(why)) => assert!(why.contains("(now"), "{why}"),
+                r => panic!("{other:?}: {r:?}"),
+            }
+        }
+        assert_ne!(name_hash(Some("")), name_hash(None));
+    }
+
+    /// Recomputes the parts' and the header's checksums after `edit`
+    /// changed the body, as a file made by another program might be.
+    fn resealed(bytes: &[u8], edit: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>)) -> Vec<u8> {
+        let word_at = |i: usize| 16 + 8 * (IDENTITY_WORDS + i);
+        let word = |i: usize| {
+            u64::from_le_bytes(bytes[word_at(i)..word_at(i) + 8].try_into().unwrap()) as usize
+        };
+        let (entries_len, keys_len) = (word(2), word(6));
+        let keys_end = HEADER_LEN + entries_len + keys_len;
+        let mut coded = bytes[HEADER_LEN..HEADER_LEN + entries_len].to_vec();
+        let mut coded_keys = bytes[HEADER_LEN + entries_len..keys_end].to_vec();
+        let table = bytes[keys_end..].to_vec();
+        edit(&mut coded, &mut coded_keys);
+        let mut h = bytes[..HEADER_LEN].to_vec();
+        let mut set =
+            |i: usize, v: u64| h[word_at(i)..word_at(i) + 8].copy_from_slice(&v.to_le_bytes());
+        set(2, coded.len() as u64);
+        set(3, checksum(&coded));
+        set(4, checksum(&coded_keys));
+        set(6, coded_keys.len() as u64);
+        let sum = checksum(&h[..HEADER_LEN - 8]);
+        h[HEADER_LEN - 8..].copy_from_slice(&sum.to_le_bytes());
+        [h, coded, coded_keys, table].concat()
+    }
+
+    #[test]
+    fn entries_that_do_not_decode_or_point_outside_are_refused_even_with_good_sums() {
+        let (id, mut entries, keys) = sample();
+        entries[4].value_offset = id.file_len;
+        assert_eq!(
+            load(&file(&id, &entries, &keys), &id).unwrap_err(),
+            Refusal::Entry(4)
+        );
+        let (id, entries, keys) = sample();
+        let bytes = file(&id, &entries, &keys);
+        assert!(load(&resealed(&bytes, |_, _| {}), &id).is_ok());
+        // A varint cut short, a key sharing more than the previous one
+        // has, bytes left over.
+        let cut = resealed(&bytes, |e, _| {
+            e.pop();
+            e.push(0x80);
+        });
+        assert_eq!(load(&cut, &id).unwrap_err(), Refusal::Entry(4));
+        let shares = resealed(&bytes, |_, k| k[0] = 3);
+        assert_eq!(load(&shares, &id).unwrap_err(), Refusal::Entry(0));
+        let extra = resealed(&bytes, |_, k| k.push(0));
+        assert_eq!(load(&extra, &id).unwrap_err(), Refusal::Entry(5));
+    }
+
+    #[test]
+    fn other_files_are_refused_as_another_format() {
+        let (id, _, _) = sample();
+        let mut junk = vec![0u8; 4096];
+        assert!(matches!(load(&junk, &id), Err(Refusal::Format(_))));
+        junk[..8].copy_from_slice(&MAGIC);
+        junk[8] = 2;
+        assert!(matches!(load(&junk, &id), Err(Refusal::Format(_))));
+    }
+
+    #[test]
+    fn checksum_sees_length_and_every_word() {
+        assert_ne!(checksum(&[]), checksum(&[0]));
+        assert_ne!(checksum(&[0; 8]), checksum(&[0; 16]));
+        assert_ne!(checksum(&[1, 2, 3]), checksum(&[1, 2, 4]));
+    }
+}
