@@ -41,11 +41,13 @@ impl<'e> Batch<'e> {
         &self.engine.batch
     }
 
-    /// Key of the batch's `i`-th record, in the node's shared memory.
+    /// Key of the batch's `i`-th record, in the node's shared memory;
+    /// empty where the node holds no keys (`EngineOptions::keys`).
     /// Panics if `i` is not below [`Batch::len`].
     pub fn key(&self, i: usize) -> &'e [u8] {
         let (at, len) = self.engine.batch[i].key;
-        &held(&self.engine.parts).memory.keys()[at..at + len]
+        let keys = held(&self.engine.parts).memory.keys();
+        keys.get(at..at + len).unwrap_or_default()
     }
 
     /// Value of the batch's `i`-th record, in the node's shared window (no

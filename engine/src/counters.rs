@@ -47,6 +47,13 @@ pub struct Counters {
     /// 0 where a change is only detected: see
     /// [`Engine::snapshot_guard`](crate::Engine::snapshot_guard)).
     pub reader_slots: u64,
+    /// 1 on a node's first rank that loaded a saved index instead of
+    /// scanning the tree (docs/design/saved-index.md), else 0.
+    pub index_loaded: u64,
+    /// Wall seconds opening spent on the index: the scan (or loading a
+    /// saved index) and its publication in the node's memory, agreements
+    /// included.
+    pub index_seconds: f64,
 }
 
 /// One epoch's share of a rank's work ([`Engine::epoch_counters`](crate::Engine::epoch_counters)).

@@ -7,9 +7,11 @@ use super::agree::{agree, agree_ok, local};
 use super::data_file::{DataFile, DataSource};
 use super::inline_pages;
 use super::node_memory::{entries_as_bytes, NodeMemory};
+use super::saved_index::{self, Place};
 use crate::mpi_raw::Comm;
 use lmdbio_core::database::{Database, Tree};
 use lmdbio_core::error::{Error, Result};
+use lmdbio_core::index::saved::{SavedIdentity, SavedIndex};
 use lmdbio_core::index::{
     check_index, parse_leaves_keeping, walk_tree, IndexOptions, IndexPart, KeptLeaves, TreePages,
 };
@@ -39,6 +41,8 @@ pub(crate) struct ScannedIndex<'f> {
     /// The most leaf pages any master kept to serve inline values from:
     /// every node makes room for as many (see `inline_pages`).
     pub kept_pages: usize,
+    /// On masters: the index was loaded from a saved index.
+    pub loaded: bool,
 }
 
 /// What a master holds after opening the tree: the database, the tree,
@@ -53,6 +57,12 @@ struct MasterState<'f> {
     kept: KeptLeaves,
     /// See `ScannedIndex::plan_granule`.
     granule: u64,
+    /// The saved index every master loaded instead of scanning (`part`
+    /// is then empty).
+    saved: Option<SavedIndex>,
+    /// Where master 0 saves the index it gathers, and the database state
+    /// it belongs to (none if loaded).
+    save_to: Option<(Place, SavedIdentity)>,
 }
 
 /// What the masters tell every rank about the whole index, agreed in one
@@ -94,9 +104,10 @@ pub(crate) fn scan<'f>(
     subdb: Option<&str>,
     keep_budget: u64,
     keep_area: &mut [u8],
+    (saved, keys): (Option<&Place>, bool),
 ) -> Result<ScannedIndex<'f>> {
     let local = match masters {
-        Some(m) => master_scan(m, file, subdb, keep_budget, keep_area),
+        Some(m) => master_scan(m, file, subdb, keep_budget, keep_area, (saved, keys)),
         None => file.map(|_| None),
     };
     let mut sizes = [i64::MAX; SIZES];
@@ -114,7 +125,9 @@ pub(crate) fn scan<'f>(
         }
     };
     let size = |s: Agreed| sizes[s as usize] as u64;
+    let loaded = state.as_ref().is_some_and(|s| s.saved.is_some());
     Ok(ScannedIndex {
+        loaded,
         state,
         counts,
         records: size(Agreed::Records) as usize,
@@ -219,7 +232,17 @@ fn master_scan<'f>(
     subdb: Option<&str>,
     keep_budget: u64,
     keep_area: &mut [u8],
+    (saved, keys): (Option<&Place>, bool),
 ) -> Result<MasterScan<'f>> {
+    let loadable = file.as_ref().ok().copied().flatten();
+    if let Some(loaded) = saved_index::load_on_masters(masters, loadable, subdb, saved)? {
+        return Ok(Some(from_saved(loaded, keys)));
+    }
+    // Before the meta pages are read (see saved_index::mtime_ns).
+    let mtime = match (&file, saved) {
+        (Ok(Some(f)), Some(_)) if masters.rank() == 0 => saved_index::mtime_ns(f.path()),
+        _ => 0,
+    };
     let opened = file.and_then(|f| local(|| open_tree(masters, f, subdb)));
     // Master 0's page list, or nothing if it has none to share: an empty
     // tree still encodes its branch count. The calls among the masters
@@ -234,7 +257,15 @@ fn master_scan<'f>(
         if bytes.is_empty() {
             return Ok(None);
         }
-        local(|| parse_part(masters, (db, tree, granule), &bytes, keep_budget, keep_area)).map(Some)
+        let save_to = saved
+            .filter(|_| masters.rank() == 0)
+            .map(|p| (p.clone(), saved_index::identity(&db, &tree, mtime)));
+        local(|| parse_part(masters, (db, tree, granule), &bytes, keep_budget, keep_area)).map(
+            |mut state| {
+                state.save_to = save_to;
+                Some(state)
+            },
+        )
     });
     let mine = match &parsed {
         Ok(Some(state)) => PartSizes::of(state).words(),
@@ -367,7 +398,44 @@ fn parse_part<'f>(
         part,
         kept,
         granule,
+        saved: None,
+        save_to: None,
     })
+}
+
+/// A master's scan result from a saved index every master loaded: the
+/// sizes of the whole index (without keys unless `keys`), which this
+/// master decodes into its node's memory when the index is published.
+fn from_saved(
+    loaded: saved_index::Loaded,
+    keys: bool,
+) -> (MasterState, Vec<(u64, u64)>, [i64; SIZES]) {
+    let summary = loaded.index.summary();
+    let page_size = u64::from(loaded.db.page_size());
+    let txnid = loaded.db.meta().mm_txnid;
+    let digest = loaded.db.identity_digest(&loaded.tree);
+    let mut sizes = [0i64; SIZES];
+    let mut set = |s: Agreed, v: u64| sizes[s as usize] = v as i64;
+    set(Agreed::Records, summary.records);
+    set(Agreed::KeyBytes, if keys { summary.key_bytes } else { 0 });
+    set(Agreed::ValueBytes, summary.value_bytes);
+    set(Agreed::LargestSpan, summary.largest_span);
+    set(Agreed::PlanGranule, loaded.granule.max(1));
+    set(Agreed::KeptPages, 0);
+    set(Agreed::PageSize, page_size);
+    set(Agreed::Txnid, txnid);
+    set(Agreed::Digest, digest);
+    let state = MasterState {
+        db: loaded.db,
+        tree: loaded.tree,
+        pages: TreePages::default(),
+        part: IndexPart::default(),
+        kept: KeptLeaves::default(),
+        granule: loaded.granule,
+        saved: Some(loaded.index),
+        save_to: None,
+    };
+    (state, vec![(summary.records, summary.key_bytes)], sizes)
 }
 
 /// Gathers every master's part into this node's shared index and checks
@@ -378,6 +446,16 @@ fn gather_into(
     counts: &[(u64, u64)],
     mut state: MasterState,
 ) -> Result<()> {
+    if let Some(saved) = &state.saved {
+        // SAFETY: as below; every master loaded the whole index itself.
+        let (entries, keys) = unsafe { index.index_regions_mut() };
+        // An empty key region: the front end asked for no keys.
+        let keys = Some(keys).filter(|k| !k.is_empty());
+        saved
+            .decode_into(entries, keys)
+            .map_err(|why| Error::Internal(format!("a saved index checked at open: {why}")))?;
+        return inline_pages::publish_kept(index, &state.kept);
+    }
     let key_base: u64 = counts[..masters.rank()].iter().map(|c| c.1).sum();
     for e in &mut state.part.entries {
         e.key_start += key_base;
@@ -410,6 +488,9 @@ fn gather_into(
         index.keys(),
     )?;
     inline_pages::publish_kept(index, &state.kept)?;
+    if let Some((place, identity)) = &state.save_to {
+        saved_index::save_in_background(place, *identity, index.entries(), index.keys());
+    }
     // Every master has parsed its leaves (the gathers above completed).
     state
         .db

@@ -52,6 +52,7 @@ mod reader_slot;
 mod round;
 mod round_planner;
 mod same_inputs;
+pub mod saved_index;
 mod serve;
 mod snapshot;
 mod step_ready;
@@ -355,6 +356,9 @@ impl Engine {
             setup_made: c.setup_made,
             direct_read_requests: ints[9] as u64,
             reader_slots: ints[10] as u64,
+            // Set on the node's first rank only: not summed.
+            index_loaded: c.index_loaded,
+            index_seconds: c.index_seconds,
         })
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Opened {
     pub(crate) memory: NodeMemory,
     pub(crate) database: DatabaseIdentity,
     pub(crate) index_io: lmdbio_core::source::IoSnapshot,
+    pub(crate) index_loaded: bool,
+    pub(crate) index_seconds: f64,
     pub(crate) schedule: JobSchedule,
     pub(crate) order: EpochOrder,
     pub(crate) step: u64,
@@ -72,6 +74,8 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // Reads into the window finish before it is given back.
         self.pending = None;
+        // A job's saved index is whole before its process may end.
+        crate::saved_index::finish_writes();
         self.round = None;
         if self.parts.is_none() {
             return;
@@ -189,6 +193,8 @@ impl Engine {
                 file_opens: opened.file.as_ref().map_or(0, |f| f.opens()),
                 index_bytes_read: io.bytes_read,
                 index_read_requests: io.read_requests,
+                index_loaded: u64::from(opened.index_loaded),
+                index_seconds: opened.index_seconds,
                 bytes_read: io.bytes_read,
                 read_requests: io.read_requests,
                 setup_made: u64::from(topology_made) + u64::from(opened.window_made),
@@ -244,6 +250,13 @@ impl Engine {
             Ok(file) => (file.map(Arc::new), Ok(())),
             Err(e) => (None, Err(e)),
         };
+        // Only masters look for a saved index (no file system calls on the
+        // other ranks).
+        let place = topology
+            .masters
+            .as_ref()
+            .and_then(|_| crate::saved_index::Place::of(path, options));
+        let scan_started = std::time::Instant::now();
         let budget = inline_pages::scan_budget(
             options.inline_pages_bytes,
             options.window_bytes,
@@ -266,9 +279,11 @@ impl Engine {
             unsafe {
                 inline_pages::scan_area(window.as_mut().filter(|_| is_master), words, budget)
             },
+            (place.as_ref(), options.keys),
         );
         topology.window = window;
         let mut scanned = scanned?;
+        let scan_seconds = scan_started.elapsed().as_secs_f64();
         // A record's run may take up to a granule more on each side.
         let plan_granule = scanned.plan_granule;
         let widest = match plan_granule {
@@ -350,13 +365,19 @@ impl Engine {
             .map(|(schedule, order, step)| (schedule, order, step, snapshot))
         });
         let masters = topology.masters.as_ref();
-        match index_build::publish(world, masters, &mut memory, scanned, start) {
+        let index_loaded = scanned.loaded;
+        let publish_started = std::time::Instant::now();
+        let published = index_build::publish(world, masters, &mut memory, scanned, start);
+        let index_seconds = scan_seconds + publish_started.elapsed().as_secs_f64();
+        match published {
             Ok((index_io, (schedule, order, step, snapshot))) => Ok(Opened {
                 window_made,
                 file,
                 memory,
                 database,
                 index_io,
+                index_loaded,
+                index_seconds,
                 schedule,
                 order,
                 step,

@@ -102,6 +102,21 @@ pub struct EngineOptions {
     /// naming the ranks that did not arrive. `None`: `LMDBIO_TIMEOUT`
     /// (seconds) if set, else 30 minutes (see `engine::timeout`).
     pub timeout: Option<std::time::Duration>,
+    /// Load the index from a saved index of this very database state
+    /// instead of scanning the tree, and save the index a scan built for
+    /// later jobs: beside the data file, or in `index_cache` when its
+    /// directory is not writable (see docs/design/saved-index.md).
+    pub saved_index: bool,
+    /// Directory for saved indexes of databases whose directory is not
+    /// writable. `None`: `LMDBIO_INDEX_CACHE`, else `$XDG_CACHE_HOME/lmdbio`,
+    /// else none (the index is then not saved).
+    pub index_cache: Option<std::path::PathBuf>,
+    /// Hold every key in the node's memory for [`Batch::key`](crate::Batch::key).
+    /// `false` (a front end that uses values only): a node that loads a
+    /// saved index holds no keys, 24 bytes per record instead of 24 and
+    /// the key, and `Batch::key` gives empty keys; a scan still gathers
+    /// them, to check their order and save them.
+    pub keys: bool,
 }
 
 impl Default for EngineOptions {
@@ -133,6 +148,9 @@ impl Default for EngineOptions {
             resume_job: None,
             repartition: false,
             timeout: None,
+            saved_index: true,
+            index_cache: None,
+            keys: true,
         }
     }
 }

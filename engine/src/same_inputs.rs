@@ -84,6 +84,9 @@ impl Inputs {
             ("the epoch limit", shown(&o.epoch_limit)),
             ("overlap", shown(&o.overlap)),
             ("the kept leaf pages", shown(&o.inline_pages_bytes)),
+            // Whether the masters look for a saved index together; the
+            // cache directory may be each node's own.
+            ("the saved index and keys", shown(&(o.saved_index, o.keys))),
         ];
         fields.extend(super::timeout::agreed_field(o));
         let mut fields: Vec<(&'static str, i64, String)> = fields

@@ -324,6 +324,16 @@ option_setter!(
     /// the leaf pages holding inline values; 0 reads every value.
     lmdbio_options_set_inline_pages, bytes: u64, |o| o.inline_pages_bytes = bytes);
 option_setter!(
+    /// Sets [`EngineOptions::saved_index`]: nonzero (the default) loads a
+    /// saved index of the database's state instead of scanning, and saves
+    /// the index a scan built; 0 does neither.
+    lmdbio_options_set_saved_index, on: c_int, |o| o.saved_index = on != 0);
+option_setter!(
+    /// Sets [`EngineOptions::keys`]: 0 when the caller never reads
+    /// `lmdbio_record::key`, so a node that loads a saved index holds no
+    /// keys (they come back empty).
+    lmdbio_options_set_keys, keys: c_int, |o| o.keys = keys != 0);
+option_setter!(
     /// Sets [`EngineOptions::stagger`]; 0 lets all readers read at once.
     lmdbio_options_set_stagger, readers_at_once: usize, |o| o.stagger =
     (readers_at_once > 0).then_some(readers_at_once));

@@ -130,6 +130,8 @@ pub fn run(
     m.read_requests = c.read_requests;
     m.file_opens = c.file_opens;
     m.index_read_requests = c.index_read_requests;
+    m.index_loaded = c.index_loaded;
+    m.index_s = c.index_seconds;
     m.direct_read_requests = c.direct_read_requests;
     m.rounds = c.rounds;
     m.step_agreements = c.step_agreements;

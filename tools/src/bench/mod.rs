@@ -37,6 +37,10 @@ pub enum Method {
     /// together and read with MPI_File_read_at_all): to compare with the
     /// default independent reads in the same invocation.
     LmdbioCollective,
+    /// lmdbio's engine building its index by a scan, neither loading nor
+    /// saving a saved index (as --no-saved-index): to compare opening with
+    /// and without one in the same invocation.
+    LmdbioScan,
     /// liblmdb's mmap cursor, every rank scanning everything and keeping
     /// records i % P == rank (Caffe's multi-GPU Data layer).
     LmdbSkip,
@@ -63,6 +67,7 @@ impl Method {
                 | Method::LmdbioShuffled
                 | Method::LmdbioGlobal
                 | Method::LmdbioCollective
+                | Method::LmdbioScan
         )
     }
 
@@ -72,6 +77,7 @@ impl Method {
             Method::LmdbioShuffled => "lmdbio-shuffled",
             Method::LmdbioGlobal => "lmdbio-global",
             Method::LmdbioCollective => "lmdbio-collective",
+            Method::LmdbioScan => "lmdbio-scan",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
@@ -222,6 +228,13 @@ pub struct Args {
     /// inline values from, in bytes (0: read every value in rounds).
     #[arg(long, value_name = "BYTES", default_value_t = lmdbio::engine::DEFAULT_INLINE_PAGES_BYTES)]
     inline_pages: u64,
+    /// Neither load a saved index nor save one: scan the tree.
+    #[arg(long)]
+    no_saved_index: bool,
+    /// Directory for saved indexes of databases whose directory is not
+    /// writable (default: $LMDBIO_INDEX_CACHE, else $XDG_CACHE_HOME/lmdbio).
+    #[arg(long, value_name = "DIR")]
+    index_cache: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = PartitionArg::Contiguous)]
     partition: PartitionArg,
     /// What the batch that reaches the end of an epoch does.
@@ -343,7 +356,10 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
             Some(prepare()?)
         };
         let cache = if args.cold {
-            Some(sys::drop_cache(&args.db, &ctx, args.drop_all_caches)?)
+            // A saved index is part of what opening reads.
+            let saved = lmdbio::engine::saved_index::Place::of(&args.db, &engine_options(args)?);
+            let also = saved.as_ref().map_or(&[][..], |p| p.candidates());
+            Some(sys::drop_cache(&args.db, also, &ctx, args.drop_all_caches)?)
         } else {
             None
         };
@@ -364,7 +380,8 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
             Method::Lmdbio
             | Method::LmdbioShuffled
             | Method::LmdbioGlobal
-            | Method::LmdbioCollective => {
+            | Method::LmdbioCollective
+            | Method::LmdbioScan => {
                 let mut options = engine_options(args)?;
                 match method {
                     Method::LmdbioShuffled => {
@@ -375,6 +392,7 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
                         options.shuffle_mode = Some(ShuffleMode::Global);
                     }
                     Method::LmdbioCollective => options.collective = true,
+                    Method::LmdbioScan => options.saved_index = false,
                     _ => {}
                 }
                 engine_method::run(args, options, &world, trace_dir, progress)?
@@ -476,6 +494,10 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         window_bytes: args.window,
         prefetch: args.prefetch,
         inline_pages_bytes: args.inline_pages,
+        saved_index: !args.no_saved_index,
+        // Only traces print keys.
+        keys: args.trace.is_some(),
+        index_cache: args.index_cache.clone(),
         stagger: args.stagger,
         collective: args.collective,
         read_streams: args.read_streams,

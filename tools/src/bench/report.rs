@@ -41,6 +41,10 @@ pub struct Measurement {
     /// Of `read_requests`, those that read the tree for the index
     /// (lmdbio only).
     pub index_read_requests: u64,
+    /// 1 on a node's first rank that loaded a saved index (lmdbio only).
+    pub index_loaded: u64,
+    /// Seconds opening spent on the index (lmdbio only).
+    pub index_s: f64,
     /// Of `read_requests`, those read around the page cache (lmdbio only).
     pub direct_read_requests: u64,
     /// Collective read rounds (lmdbio only): each may end a coalesced run.
@@ -207,6 +211,7 @@ impl<'w> Context<'w> {
             records_per_s: self.sum(m.records as f64) / seconds.max(1e-9),
             time_to_first_batch_s: self.max(m.first_s),
             open_s: Some(self.max(m.open_s)).filter(|&s| s > 0.0),
+            index_s: Some(self.max(m.index_s)).filter(|&s| s > 0.0),
             seconds,
             bytes_delivered: bytes as u64,
             bytes_read_per_node: self.sum(m.bytes_read as f64) / nodes,
@@ -214,6 +219,7 @@ impl<'w> Context<'w> {
             file_opens_per_node: self.sum(m.file_opens as f64) / nodes,
             reading_ranks_per_node: self.sum(f64::from(u8::from(m.read_requests > 0))) / nodes,
             index_read_requests_per_node: self.sum(m.index_read_requests as f64) / nodes,
+            index_loaded_nodes: self.sum(m.index_loaded as f64) as u64,
             direct_read_requests_per_node: self.sum(m.direct_read_requests as f64) / nodes,
             rounds: self.max(m.rounds as f64) as u64,
             step_agreements: self.max(m.step_agreements as f64) as u64,
@@ -268,6 +274,9 @@ pub struct Run {
     /// The slowest rank's `Engine::open` (lmdbio only): file, index and
     /// start point; the rest of the time to the first batch is its read.
     pub open_s: Option<f64>,
+    /// Of `open_s`, the slowest rank's time on the index: the scan or
+    /// loading a saved index, and publishing it.
+    pub index_s: Option<f64>,
     pub seconds: f64,
     pub bytes_delivered: u64,
     pub bytes_read_per_node: f64,
@@ -276,6 +285,8 @@ pub struct Run {
     /// Ranks per node that issued any file read.
     pub reading_ranks_per_node: f64,
     pub index_read_requests_per_node: f64,
+    /// Nodes that loaded a saved index instead of scanning the tree.
+    pub index_loaded_nodes: u64,
     /// Value reads that went around the page cache (direct I/O).
     pub direct_read_requests_per_node: f64,
     pub rounds: u64,

@@ -76,12 +76,18 @@ fn peak_rss_since_reset() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Drops the data file from the page cache: `posix_fadvise(DONTNEED)` on
+/// Drops the data file (and the files in `also` that exist) from the page
+/// cache: `posix_fadvise(DONTNEED)` on
 /// every node, and, only if `drop_all` asks for it, the whole machine's
 /// cache through `/proc/sys/vm/drop_caches` when permitted: on a node
 /// others share, that empties their caches too. Collective; returns what
 /// was used.
-pub fn drop_cache(db: &Path, ctx: &Context, drop_all: bool) -> Result<String, CommandError> {
+pub fn drop_cache(
+    db: &Path,
+    also: &[std::path::PathBuf],
+    ctx: &Context,
+    drop_all: bool,
+) -> Result<String, CommandError> {
     let data = lmdbio::data_file_path(db)?;
     let mut used = String::from("posix_fadvise(DONTNEED)");
     if ctx.is_node_leader() {
@@ -89,6 +95,12 @@ pub fn drop_cache(db: &Path, ctx: &Context, drop_all: bool) -> Result<String, Co
         // Both best effort, as the drop below: only clean pages can go.
         let _ = file.sync_data();
         let _ = lmdbio::page_cache::forget(&file, 0, 0);
+        for path in also {
+            if let Ok(file) = std::fs::File::open(path) {
+                let _ = file.sync_data();
+                let _ = lmdbio::page_cache::forget(&file, 0, 0);
+            }
+        }
     }
     let mut dropped = 0i32;
     if ctx.world.rank() == 0 && drop_all {

@@ -1,0 +1,278 @@
+//! The saved index in the engine: where it lives, loading it on every
+//! node's first rank instead of scanning the tree, and writing it, off the
+//! job's path, after a scan. The format is `lmdbio_core::index::saved`;
+//! see docs/design/saved-index.md.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+use crate::data_file::{DataFile, DataSource};
+use crate::mpi_raw::Comm;
+use crate::options::EngineOptions;
+use lmdbio_core::database::{data_file_path, Database, Tree};
+use lmdbio_core::error::Result;
+use lmdbio_core::index::saved::{self, SavedIdentity, SavedIndex};
+use lmdbio_core::index::RecordEntry;
+
+/// Environment variable naming the cache directory for saved indexes of
+/// databases whose own directory is not writable.
+pub const CACHE_VARIABLE: &str = "LMDBIO_INDEX_CACHE";
+
+/// Suffix of a saved index's file name.
+pub const SUFFIX: &str = "lmdbio-index";
+
+/// Where a database's saved index may be: beside the data file, then in
+/// the cache directory. Loading tries each in turn; saving writes the
+/// first that takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    candidates: Vec<PathBuf>,
+}
+
+impl Place {
+    /// The places for the database at `path` (directory or data file) and
+    /// the tree `options.subdb`; `None` exactly when saved indexes are off
+    /// (the same on every rank: the masters look for one together), none
+    /// to try when the path does not resolve (opening reports that).
+    pub fn of(path: &Path, options: &EngineOptions) -> Option<Place> {
+        if !options.saved_index {
+            return None;
+        }
+        let Ok(data) = data_file_path(path) else {
+            return Some(Place {
+                candidates: Vec::new(),
+            });
+        };
+        let tree = match &options.subdb {
+            None => String::new(),
+            Some(name) => format!(".{:016x}", saved::name_hash(Some(name))),
+        };
+        let file_name = data
+            .file_name()
+            .map_or_else(|| "data".into(), |n| n.to_string_lossy().into_owned());
+        let mut candidates = vec![data.with_file_name(format!("{file_name}{tree}.{SUFFIX}"))];
+        if let Some(dir) = cache_dir(options) {
+            let full = std::fs::canonicalize(&data).unwrap_or(data.clone());
+            let id = saved::checksum(full.as_os_str().as_encoded_bytes());
+            candidates.push(dir.join(format!("{id:016x}-{file_name}{tree}.{SUFFIX}")));
+        }
+        Some(Place { candidates })
+    }
+
+    /// The files tried, in order.
+    pub fn candidates(&self) -> &[PathBuf] {
+        &self.candidates
+    }
+}
+
+/// The cache directory: the option, else `$LMDBIO_INDEX_CACHE`, else
+/// `$XDG_CACHE_HOME/lmdbio`, else none (no home-directory default: on a
+/// cluster it is often a small shared quota).
+fn cache_dir(options: &EngineOptions) -> Option<PathBuf> {
+    let nonempty = |v: std::ffi::OsString| (!v.is_empty()).then(|| PathBuf::from(v));
+    options
+        .index_cache
+        .clone()
+        .or_else(|| std::env::var_os(CACHE_VARIABLE).and_then(nonempty))
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .and_then(nonempty)
+                .map(|d| d.join("lmdbio"))
+        })
+}
+
+/// The data file's modification time in nanoseconds (0 if unknown).
+/// Taken before the meta pages are read: a write after it then changes
+/// the time a later job sees, so the index built is never tied to a state
+/// it may not have read (see docs/design/saved-index.md).
+pub(crate) fn mtime_ns(data_file: &Path) -> u64 {
+    std::fs::metadata(data_file)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The identity of `tree` in `db`, whose data file was last modified at
+/// `mtime_ns` (see [`mtime_ns`]).
+pub(crate) fn identity<R: lmdbio_core::source::ReadAt>(
+    db: &Database<R>,
+    tree: &Tree,
+    mtime_ns: u64,
+) -> SavedIdentity {
+    SavedIdentity {
+        file_mtime_ns: mtime_ns,
+        ..SavedIdentity::of(db, tree)
+    }
+}
+
+/// A saved index every master loaded.
+pub(crate) struct Loaded<'f> {
+    pub db: Database<DataSource<'f>>,
+    pub tree: Tree,
+    pub index: SavedIndex,
+    /// The largest plan granule of any master (see `ScannedIndex`).
+    pub granule: u64,
+}
+
+/// What a master found, for the others: loaded, how many entries and
+/// key bytes, the state's txnid and digest, and its plan granule.
+const WORDS: usize = 6;
+
+/// On the masters: each loads the saved index of the tree it opened.
+/// `Some` when every master loaded one of the same database state, else
+/// `None` on every master (the caller scans). A collective call among the
+/// masters unless `place` is `None`, which it is on every rank alike.
+pub(crate) fn load_on_masters<'f>(
+    masters: &Comm,
+    file: Option<&'f DataFile>,
+    subdb: Option<&str>,
+    place: Option<&Place>,
+) -> Result<Option<Loaded<'f>>> {
+    let Some(place) = place else {
+        return Ok(None);
+    };
+    let mine = file.and_then(|f| load_here(f, subdb, place));
+    let words = match &mine {
+        Some(l) => [
+            1,
+            l.index.summary().records as i64,
+            l.index.summary().key_bytes as i64,
+            l.db.meta().mm_txnid as i64,
+            l.db.identity_digest(&l.tree) as i64,
+            l.granule as i64,
+        ],
+        None => [0; WORDS],
+    };
+    let all = masters.allgather_i64(&words)?;
+    let agreed = all
+        .chunks(WORDS)
+        .all(|w| w[0] == 1 && w[1..5] == words[1..5]);
+    let granule = all.chunks(WORDS).map(|w| w[5]).max().unwrap_or(1);
+    Ok(mine.filter(|_| agreed).map(|l| Loaded {
+        granule: granule as u64,
+        ..l
+    }))
+}
+
+fn load_here<'f>(file: &'f DataFile, subdb: Option<&str>, place: &Place) -> Option<Loaded<'f>> {
+    let mtime = mtime_ns(file.path());
+    let db = Database::from_source(file.source()).ok()?;
+    let granule = file.plan_granule(u64::from(db.page_size())).ok()?;
+    let tree = db.tree(subdb).ok()?;
+    let id = identity(&db, &tree, mtime);
+    let index = place.candidates.iter().find_map(|path| {
+        // One read of the whole file (std reads a regular file in a few
+        // large requests).
+        let bytes = std::fs::read(path).ok()?;
+        SavedIndex::open(bytes, &id).ok()
+    })?;
+    Some(Loaded {
+        db,
+        tree,
+        index,
+        granule,
+    })
+}
+
+/// Writers still running, joined when an engine is dropped so a job's
+/// saved index is complete before the process may exit.
+static WRITERS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Writes the index (`entries`, `keys`) of the database state `identity`
+/// to the first of `place`'s files that takes it, on a thread of its own:
+/// a temporary file renamed over the saved index, so a reader sees the old
+/// file or the new one, whole. A directory that cannot be written is
+/// skipped without error; the job never waits for this but at drop.
+pub(crate) fn save_in_background(
+    place: &Place,
+    identity: SavedIdentity,
+    entries: &[RecordEntry],
+    keys: &[u8],
+) {
+    let (entries, keys, place) = (entries.to_vec(), keys.to_vec(), place.clone());
+    let writer = std::thread::Builder::new()
+        .name("lmdbio-save-index".into())
+        .spawn(move || {
+            for path in &place.candidates {
+                if write_atomically(path, &identity, &entries, &keys).is_ok() {
+                    return;
+                }
+            }
+        });
+    if let Ok(handle) = writer {
+        WRITERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handle);
+    }
+}
+
+fn write_atomically(
+    path: &Path,
+    identity: &SavedIdentity,
+    entries: &[RecordEntry],
+    keys: &[u8],
+) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".tmp{}", std::process::id()));
+    let temp = PathBuf::from(name);
+    let written = (|| {
+        let mut out = std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(&temp)?);
+        saved::write(&mut out, identity, entries, keys)?;
+        std::io::Write::flush(&mut out)?;
+        out.get_ref().sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// Waits for every saved index this process is writing.
+pub(crate) fn finish_writes() {
+    let writers = std::mem::take(&mut *WRITERS.lock().unwrap_or_else(|e| e.into_inner()));
+    for w in writers {
+        let _ = w.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_saved_index_sits_beside_the_data_file_then_in_the_cache() {
+        let dir = std::env::temp_dir().join(format!("lmdbio-place-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("data.mdb"), b"x").unwrap();
+        let options = EngineOptions {
+            index_cache: Some("/cache".into()),
+            ..Default::default()
+        };
+        let main = Place::of(&dir, &options).unwrap();
+        assert_eq!(main.candidates[0], dir.join("data.mdb.lmdbio-index"));
+        assert!(main.candidates[1].starts_with("/cache"));
+        let named = Place::of(
+            &dir,
+            &EngineOptions {
+                subdb: Some("train".into()),
+                ..options.clone()
+            },
+        )
+        .unwrap();
+        assert_ne!(named.candidates[0], main.candidates[0]);
+        assert_ne!(named.candidates[1], main.candidates[1]);
+        let off = EngineOptions {
+            saved_index: false,
+            ..options
+        };
+        assert_eq!(Place::of(&dir, &off), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
