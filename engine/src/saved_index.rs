@@ -218,6 +218,7 @@ fn write_atomically(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    remove_stale_temps(path);
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".tmp{}", std::process::id()));
     let temp = PathBuf::from(name);
@@ -234,6 +235,31 @@ fn write_atomically(
     written
 }
 
+/// Removes `path.tmp<pid>` files left by writers that died before their
+/// rename (killed jobs), so a directory beside a database does not fill
+/// with partial indexes. A temp file of a live process is its writer's.
+fn remove_stale_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.tmp", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let gone = pid.parse::<u32>().is_ok_and(|pid| {
+            pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists()
+        });
+        if gone {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Waits for every saved index this process is writing.
 pub(crate) fn finish_writes() {
     let writers = std::mem::take(&mut *WRITERS.lock().unwrap_or_else(|e| e.into_inner()));
@@ -245,6 +271,25 @@ pub(crate) fn finish_writes() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temp_files_of_dead_writers_are_removed_and_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("lmdbio-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let index = dir.join("data.mdb.lmdbio-index");
+        // Above Linux's largest pid (2^22): no such process.
+        let dead = dir.join("data.mdb.lmdbio-index.tmp4194305");
+        let live = dir.join("data.mdb.lmdbio-index.tmp1");
+        let other = dir.join("other.lmdbio-index.tmp4194305");
+        for f in [&dead, &live, &other] {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        remove_stale_temps(&index);
+        assert!(!dead.exists(), "a dead writer's temp file stays");
+        assert!(live.exists(), "a live process's temp file was removed");
+        assert!(other.exists(), "another index's temp file was removed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_saved_index_sits_beside_the_data_file_then_in_the_cache() {
