@@ -169,6 +169,12 @@ pub(crate) fn read_and_publish(
     tally.add(by_epoch, read);
     progress.complete(all);
     guard.1 = true;
+    // The round's area is not read into again before this thread ends (the
+    // next read into it waits for the one after this, which waits for
+    // this), so its bytes can still be copied for the stage.
+    if let Some(stage) = file.stage() {
+        stage.offer(runs, dest);
+    }
     Ok(read)
 }
 

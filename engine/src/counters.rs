@@ -54,6 +54,14 @@ pub struct Counters {
     /// saved index) and its publication in the node's memory, agreements
     /// included.
     pub index_seconds: f64,
+    /// Value bytes read from the node's stage instead of the database file
+    /// (see [`EngineOptions::stage`](crate::EngineOptions::stage)).
+    pub stage_bytes_read: u64,
+    /// Bytes written to the node's stage.
+    pub stage_bytes_written: u64,
+    /// Problems with the stage that sent reads to the database file
+    /// (stderr says the first).
+    pub stage_warnings: u64,
 }
 
 /// One epoch's share of a rank's work ([`Engine::epoch_counters`](crate::Engine::epoch_counters)).
@@ -142,6 +150,12 @@ pub(crate) struct ReadTally {
     pub(crate) direct_requests: std::sync::atomic::AtomicU64,
     /// The bytes by epoch and by where they came from.
     pub(crate) epochs: std::sync::Mutex<Vec<EpochCounters>>,
+    pub(crate) stage_bytes: std::sync::atomic::AtomicU64,
+    pub(crate) stage_bytes_written: std::sync::atomic::AtomicU64,
+    pub(crate) stage_warnings: std::sync::atomic::AtomicU64,
+    /// The epoch of the latest round read: the filler's reads of the
+    /// database count for it.
+    pub(crate) current_epoch: std::sync::atomic::AtomicU64,
 }
 
 impl ReadTally {
@@ -179,12 +193,30 @@ impl ReadTally {
             .clone()
     }
 
+    /// A read of the database file outside the rounds (staging it),
+    /// counted for the epoch of the latest round read.
+    pub(crate) fn add_db_read(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let epoch = self.current_epoch.load(Relaxed);
+        self.add(&[(epoch, bytes)], RunsRead { requests: 1, ..RunsRead::default() });
+    }
+
+    /// Bytes read from the node's stage for `epoch`.
+    pub(crate) fn add_stage_read(&self, epoch: u64, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stage_bytes.fetch_add(bytes, Relaxed);
+        self.add_epoch_bytes(epoch, EpochSource::Stage, bytes);
+    }
+
     /// `c` with these reads added.
     pub(crate) fn added_to(&self, mut c: Counters) -> Counters {
         use std::sync::atomic::Ordering::Relaxed;
         c.bytes_read += self.bytes.load(Relaxed);
         c.read_requests += self.requests.load(Relaxed);
         c.direct_read_requests += self.direct_requests.load(Relaxed);
+        c.stage_bytes_read += self.stage_bytes.load(Relaxed);
+        c.stage_bytes_written += self.stage_bytes_written.load(Relaxed);
+        c.stage_warnings += self.stage_warnings.load(Relaxed);
         c
     }
 }

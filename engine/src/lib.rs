@@ -46,6 +46,7 @@ pub mod limits;
 mod lock_file;
 pub mod mpi_raw;
 mod node_memory;
+mod node_stage;
 mod open;
 mod options;
 mod reader_slot;
@@ -335,6 +336,9 @@ impl Engine {
             (c.wait_seconds * 1e6) as u64,
             c.direct_read_requests,
             c.reader_slots,
+            c.stage_bytes_read,
+            c.stage_bytes_written,
+            c.stage_warnings,
         ]
         .map(|v| v as i64);
         held(&self.parts)
@@ -359,6 +363,9 @@ impl Engine {
             // Set on the node's first rank only: not summed.
             index_loaded: c.index_loaded,
             index_seconds: c.index_seconds,
+            stage_bytes_read: ints[11] as u64,
+            stage_bytes_written: ints[12] as u64,
+            stage_warnings: ints[13] as u64,
         })
     }
 }

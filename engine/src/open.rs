@@ -122,6 +122,38 @@ fn take_reader_slot(path: &Path) -> std::result::Result<crate::reader_slot::Read
     })
 }
 
+/// Gives this node's reader its stage (see [`EngineOptions::stage`]); a
+/// stage that cannot be used is said once and left out.
+fn attach_stage(
+    file: &DataFile,
+    dir: &Path,
+    readers: &Comm,
+    options: &EngineOptions,
+    database: DatabaseIdentity,
+    tally: &Arc<crate::counters::ReadTally>,
+) {
+    let spec = crate::node_stage::StageSpec {
+        dir,
+        node: readers.rank() as u64,
+        nodes: readers.size() as u64,
+        budget: options.stage_budget,
+        keep: options.keep_stage,
+    };
+    let identity = crate::node_stage::Identity {
+        file_len: file.len(),
+        entries: database.entries,
+        txnid: database.txnid,
+        page_size: database.page_size,
+        digest: database.digest,
+    };
+    let path = file.path().to_owned();
+    if let Some(stage) =
+        crate::node_stage::NodeStage::open(spec, identity, &path, Arc::clone(tally))
+    {
+        file.attach_stage(stage);
+    }
+}
+
 /// The schedule and step to start from: a fresh job's, or a validated
 /// cursor's.
 pub(crate) fn resume_point(
@@ -174,6 +206,12 @@ impl Engine {
             && options.collective
             && ThreadLevel::current() == ThreadLevel::Multiple;
         let io = opened.index_io;
+        let tally: Arc<crate::counters::ReadTally> = Arc::default();
+        if let (Some(dir), Some(file), Some(readers)) =
+            (&options.stage, &opened.file, &topology.readers)
+        {
+            attach_stage(file, dir, readers, &options, opened.database, &tally);
+        }
         if let Some(epochs) = options.epoch_limit {
             let steps = opened.schedule.steps_for_epochs(epochs);
             options.step_limit = Some(options.step_limit.map_or(steps, |s| s.min(steps)));
@@ -218,7 +256,7 @@ impl Engine {
             batch: Vec::new(),
             last_epoch: 0,
             cut_by_epoch_limit: false,
-            tally: Arc::default(),
+            tally,
             previous_read: None,
             rounds_started: 0,
             plan_granule: opened.plan_granule,

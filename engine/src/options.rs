@@ -117,6 +117,20 @@ pub struct EngineOptions {
     /// the key, and `Batch::key` gives empty keys; a scan still gathers
     /// them, to check their order and save them.
     pub keys: bool,
+    /// A node-local directory (NVMe scratch, `$SLURM_TMPDIR`, `/dev/shm`)
+    /// where each node's reader keeps the parts of the database it holds,
+    /// in `DIR/node-N`: written while the first epoch reads the shared
+    /// file system, read instead of it afterwards (see
+    /// docs/design/node-stage.md). Independent reads with one reader per
+    /// node only. `None`: every epoch reads the shared file system.
+    pub stage: Option<std::path::PathBuf>,
+    /// Bytes each node's stage may hold: the whole database on every node
+    /// when it fits, else each node holds its share of 4 MiB blocks (block
+    /// `b` on node `b mod nodes`) up to this budget.
+    pub stage_budget: u64,
+    /// Leave the stage in place when the engine is dropped (after
+    /// completing it), for a later job on the same database to reuse.
+    pub keep_stage: bool,
 }
 
 impl Default for EngineOptions {
@@ -151,6 +165,9 @@ impl Default for EngineOptions {
             saved_index: true,
             index_cache: None,
             keys: true,
+            stage: None,
+            stage_budget: u64::MAX,
+            keep_stage: false,
         }
     }
 }
@@ -247,6 +264,9 @@ pub(crate) fn check_options(o: &EngineOptions) -> Result<()> {
     }
     if o.collective && o.direct_io == DirectIo::Always {
         return bad("direct_io=always applies to independent reads; collective reads leave the page cache to MPI-IO");
+    }
+    if o.stage.is_some() && (o.collective || o.readers_per_node != 1) {
+        return bad("a node stage needs independent reads with one reader per node");
     }
     if o.window_bytes == 0 {
         return bad("window_bytes must be positive");

@@ -75,6 +75,10 @@ impl Inputs {
                 )),
             ),
             ("MPI-IO hints", shown(&o.hints)),
+            (
+                "the node stage",
+                shown(&(&o.stage, o.stage_budget, o.keep_stage)),
+            ),
             ("resuming", shown(&(o.resume.is_some(), o.repartition))),
             (
                 "the job cursor",

@@ -20,10 +20,11 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::EngineOptions;
 use crate::mpi_raw::{Comm, MpiFile, MpiFileSource};
+use crate::node_stage::NodeStage;
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::plan::ReadRun;
 use lmdbio_core::source::{FileSource, ReadAt};
@@ -85,6 +86,8 @@ pub(crate) struct RunsRead {
     pub direct_requests: u64,
     /// Of the direct ones, read into a staging buffer and copied.
     pub staged_requests: u64,
+    /// Bytes read from the node's stage instead (in no request above).
+    pub stage_bytes: u64,
 }
 
 pub(crate) enum DataFile {
@@ -125,7 +128,24 @@ impl DataFile {
             descriptor: DescriptorMode::default(),
             served_remotely,
             tree: OnceLock::new(),
+            stage: OnceLock::new(),
         }))
+    }
+
+    /// Reads runs this node's stage holds from there from now on (see
+    /// [`EngineOptions::stage`]); collective reads have none.
+    pub(crate) fn attach_stage(&self, stage: NodeStage) {
+        if let DataFile::Own(f) = self {
+            let _ = f.stage.set(Arc::new(stage));
+        }
+    }
+
+    /// The node's stage, if this reader has one.
+    pub(crate) fn stage(&self) -> Option<&NodeStage> {
+        match self {
+            DataFile::Own(f) => f.stage.get().map(|s| &**s),
+            DataFile::Shared(_) => None,
+        }
     }
 
     /// Times this reader opened the file: once, and once more where the
@@ -144,7 +164,7 @@ impl DataFile {
         }
     }
 
-    fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             DataFile::Own(f) => f.source.len(),
             DataFile::Shared(f) => f.len(),

@@ -39,6 +39,8 @@ pub(crate) struct OwnFile {
     /// ([`OwnFile::tree_descriptor`]); `None` inside: the scan reads
     /// through `source`.
     pub(crate) tree: OnceLock<Option<FileSource>>,
+    /// The node's stage, once attached (see `DataFile::attach_stage`).
+    pub(crate) stage: OnceLock<std::sync::Arc<crate::node_stage::NodeStage>>,
 }
 
 /// Where a round's runs are read.
@@ -151,6 +153,10 @@ impl OwnFile {
         progress: &RunsDone<'_>,
     ) -> Result<RunsRead> {
         let requests = runs.len() as u64;
+        let sources = Sources {
+            file: &self.source,
+            stage: self.stage.get().map(|s| &**s),
+        };
         let streams = streams.clamp(1, order.len().max(1));
         let mut refused = 0;
         // Runs at the head of `order` already complete (and published).
@@ -170,20 +176,22 @@ impl OwnFile {
                 reached.fetch_max(n, Ordering::Relaxed);
                 progress(n)
             };
-            let read = read_on_streams(&self.source, runs, order, dest, streams, &landing, &heard);
+            let read = read_on_streams_from(sources, runs, order, dest, streams, &landing, &heard);
             if let Landing::Staged(buffers) = landing {
                 self.staging
                     .give_back(buffers.into_inner().unwrap_or_else(PoisonError::into_inner));
             }
             match read {
-                Ok(issued) => {
+                Ok(done) => {
                     // A staged run longer than its buffer took a request
                     // per piece.
                     let staged = route == Route::Staged;
+                    let issued = done.issued;
                     return Ok(RunsRead {
                         requests: issued,
                         direct_requests: issued,
                         staged_requests: if staged { issued } else { 0 },
+                        stage_bytes: done.stage_bytes,
                     });
                 }
                 Err(Error::Io { source, .. })
@@ -212,11 +220,12 @@ impl OwnFile {
         };
         let rest = &order[head..];
         let land = Landing::InPlace;
-        read_on_streams(&self.source, runs, rest, dest, streams, &land, &|n| {
+        let done = read_on_streams_from(sources, runs, rest, dest, streams, &land, &|n| {
             progress(head + n)
         })?;
         Ok(RunsRead {
-            requests: requests + refused,
+            requests: requests + refused - done.stage_runs,
+            stage_bytes: done.stage_bytes,
             ..RunsRead::default()
         })
     }

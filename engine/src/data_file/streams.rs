@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::RunsDone;
+use crate::node_stage::NodeStage;
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::huge_pages::{copy_streaming, StagingBuffer};
 use lmdbio_core::plan::ReadRun;
@@ -62,6 +63,7 @@ pub(crate) enum Landing {
 /// run (or per staging buffer's length), and returns how many it made.
 /// Taking runs in order keeps the head of `order` complete first, which is
 /// what `progress` reports after every run.
+#[cfg(test)]
 pub(crate) fn read_on_streams(
     file: &FileSource,
     runs: &[ReadRun],
@@ -71,6 +73,39 @@ pub(crate) fn read_on_streams(
     landing: &Landing,
     progress: &RunsDone<'_>,
 ) -> Result<u64> {
+    let sources = Sources { file, stage: None };
+    read_on_streams_from(sources, runs, order, dest, streams, landing, progress).map(|s| s.issued)
+}
+
+/// Where runs are read from: the node's stage where it holds all of a
+/// run, else the database file.
+#[derive(Clone, Copy)]
+pub(crate) struct Sources<'a> {
+    pub(crate) file: &'a FileSource,
+    pub(crate) stage: Option<&'a NodeStage>,
+}
+
+/// What [`read_on_streams_from`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Streamed {
+    /// Requests to the database file.
+    pub(crate) issued: u64,
+    /// Runs read from the stage instead, and their bytes.
+    pub(crate) stage_runs: u64,
+    pub(crate) stage_bytes: u64,
+}
+
+/// [`read_on_streams`], each run read from the stage where it holds it.
+pub(crate) fn read_on_streams_from(
+    sources: Sources<'_>,
+    runs: &[ReadRun],
+    order: &[usize],
+    dest: WindowRange,
+    streams: usize,
+    landing: &Landing,
+    progress: &RunsDone<'_>,
+) -> Result<Streamed> {
+    let Sources { file, stage } = sources;
     let total: u64 = runs.iter().map(|r| r.len).sum();
     if total != dest.len as u64 {
         return Err(Error::Internal(
@@ -92,20 +127,28 @@ pub(crate) fn read_on_streams(
     let done: Vec<AtomicBool> = order.iter().map(|_| AtomicBool::new(false)).collect();
     let complete = Mutex::new(0usize);
     let issued = AtomicU64::new(0);
-    let read_one = |i: usize, stage: Option<&mut StagingBuffer>| -> Result<()> {
+    let stage_runs = AtomicU64::new(0);
+    let stage_bytes = AtomicU64::new(0);
+    let read_one = |i: usize, stage_buffer: Option<&mut StagingBuffer>| -> Result<()> {
         let run = &runs[order[i]];
         let at = run
             .buf_offset
             .checked_sub(base)
             .ok_or_else(|| Error::Internal("runs out of buffer order".into()))?;
         let place = dest.slice(at as usize, run.len as usize)?;
-        match stage {
+        let staged = stage.is_some_and(|s| s.read_into(place, run.file_offset));
+        if staged {
+            stage_runs.fetch_add(1, Ordering::Relaxed);
+            stage_bytes.fetch_add(run.len, Ordering::Relaxed);
+        }
+        match stage_buffer {
+            _ if staged => {}
             None => {
                 file.read_exact_at(place, run.file_offset)?;
                 issued.fetch_add(1, Ordering::Relaxed);
             }
-            Some(stage) => {
-                let stage = stage.as_mut_slice();
+            Some(buffer) => {
+                let stage = buffer.as_mut_slice();
                 let mut offset = run.file_offset;
                 for piece in place.chunks_mut(stage.len()) {
                     let staged = &mut stage[..piece.len()];
@@ -170,5 +213,9 @@ pub(crate) fn read_on_streams(
         results
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(issued.into_inner())
+    Ok(Streamed {
+        issued: issued.into_inner(),
+        stage_runs: stage_runs.into_inner(),
+        stage_bytes: stage_bytes.into_inner(),
+    })
 }

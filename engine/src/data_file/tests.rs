@@ -141,6 +141,7 @@ fn own_staging(
         staging: Staging::new(staging_max),
         descriptor: DescriptorMode::default(),
         tree: OnceLock::new(),
+        stage: OnceLock::new(),
     }
 }
 

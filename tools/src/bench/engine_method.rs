@@ -151,5 +151,7 @@ pub fn run(
             remote_bytes_received: e.remote_bytes_received,
         })
         .collect();
+    m.stage_bytes_read = c.stage_bytes_read;
+    m.stage_warnings = c.stage_warnings;
     Ok(m)
 }

@@ -243,10 +243,19 @@ pub struct Args {
     /// MPI-IO hint KEY=VALUE (repeatable).
     #[arg(long = "hint", value_name = "KEY=VALUE")]
     hints: Vec<String>,
-    /// Node-local stage directory (each node uses DIR/node-N): where the
+    /// A node-local directory to stage the database in (`DIR/node-N` per
+    /// node): the first epoch copies what it reads there, later epochs
+    /// read it from there instead of the database file. Also where the
     /// raw-stage method reads.
     #[arg(long, value_name = "DIR")]
     stage: Option<PathBuf>,
+    /// Bytes each node's stage may hold (default: no limit). Less than the
+    /// database: each node holds its share of 4 MiB blocks.
+    #[arg(long, value_name = "BYTES", requires = "stage")]
+    stage_budget: Option<u64>,
+    /// Leave the stage in place (complete) for a later run to reuse.
+    #[arg(long, requires = "stage")]
+    keep_stage: bool,
     /// Write DIR/rank-R.tsv: one line per record received.
     #[arg(long, value_name = "DIR")]
     trace: Option<PathBuf>,
@@ -525,6 +534,9 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
             .as_deref()
             .map(lmdbio::engine::timeout::parse_seconds)
             .transpose()?,
+        stage: args.stage.clone(),
+        stage_budget: args.stage_budget.unwrap_or(u64::MAX),
+        keep_stage: args.keep_stage,
     })
 }
 

@@ -66,6 +66,10 @@ pub struct Measurement {
     /// The run by epoch, sorted by epoch (a method that reads the file
     /// once, as `raw` does, has one).
     pub per_epoch: Vec<EpochMeasurement>,
+    /// Bytes read from the node's stage instead of the file, and the
+    /// stage's warnings (lmdbio with `--stage` only).
+    pub stage_bytes_read: u64,
+    pub stage_warnings: u64,
 }
 
 /// The job's shape, for per-node figures.
@@ -226,6 +230,8 @@ impl<'w> Context<'w> {
             setup_made: self.max(m.setup_made as f64) as u64,
             reader_slots_per_node: self.sum(m.reader_slots as f64) / nodes,
             prepare_s: None,
+            stage_bytes_read_per_node: self.sum(m.stage_bytes_read as f64) / nodes,
+            stage_warnings: self.sum(m.stage_warnings as f64) as u64,
             read_wait_s_per_rank: self.max(m.read_wait_s),
             agreement_wait_s_per_rank: self.max(m.agreement_wait_s),
             storage_read_bytes_per_node: self.sum(process.storage_read_bytes as f64) / nodes,
@@ -309,6 +315,10 @@ pub struct Run {
     /// slowest).
     pub read_wait_s_per_rank: f64,
     pub agreement_wait_s_per_rank: f64,
+    /// Value bytes read from the node's stage instead of the file (see
+    /// `--stage`), and the stage's warnings over all nodes.
+    pub stage_bytes_read_per_node: f64,
+    pub stage_warnings: u64,
     /// What the kernel read from storage for the node's ranks.
     pub storage_read_bytes_per_node: f64,
     /// CPU time (user and system, every thread) the node's ranks used from

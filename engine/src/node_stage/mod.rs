@@ -1,0 +1,441 @@
+//! A node's stage: the parts of the database this node holds, copied to a
+//! node-local directory while the first epoch reads the shared file
+//! system, and read from there afterwards (see docs/design/node-stage.md).
+//!
+//! The stage file (`DIR/node-N/data.stage`) is sparse and holds staged
+//! bytes at their offsets in the database file, so a run is read from it
+//! with the same plan and another descriptor. The manifest beside it names
+//! the database and lists the staged extents with their checksums. One
+//! writer thread stages: the bytes of the reader's completed runs (copied
+//! out of the window as each round's read ends, skipped when it falls
+//! behind) first, then, at the lowest priority, the rest of the node's
+//! blocks from the database file. Anything wrong with the stage (another
+//! database's, a failed checksum, a full or unwritable directory) is said
+//! once and the shared file system is read instead.
+
+mod crc32c;
+mod extents;
+mod manifest;
+mod priority;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::counters::ReadTally;
+use crate::data_file::WindowRange;
+use crc32c::crc32c;
+use extents::{Check, Extent, Extents, Placement, BLOCK};
+use lmdbio_core::plan::ReadRun;
+use lmdbio_core::source::{FileSource, ReadAt};
+pub(crate) use manifest::Identity;
+use manifest::Refused;
+
+/// Bytes of completed runs waiting for the writer, at most: past this a
+/// run is not queued (the filler stages it later), so a slow stage costs
+/// the serving reads a copy at most, never a wait.
+const MAX_QUEUED: u64 = 64 << 20;
+
+/// The manifest is rewritten after this many bytes staged, so that a job
+/// stopped early leaves most of its work reusable.
+const MANIFEST_EVERY: u64 = 256 << 20;
+
+/// How the stage ends when the engine is dropped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    Open,
+    /// Stage what is queued and the rest of the node's blocks, then keep.
+    Finish,
+    /// Stop at once (the stage is removed).
+    Stop,
+}
+
+struct Queue {
+    pieces: VecDeque<(u64, Vec<u8>)>,
+    bytes: u64,
+    closing: Closing,
+}
+
+struct Shared {
+    dir: PathBuf,
+    data: File,
+    manifest: PathBuf,
+    identity: Identity,
+    placement: Placement,
+    extents: Mutex<Extents>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    /// Cleared when a write fails: nothing more is staged in this job.
+    writing: AtomicBool,
+    warned: AtomicBool,
+    /// The database file, for the filler's reads.
+    db: FileSource,
+    tally: Arc<ReadTally>,
+}
+
+/// A node reader's stage (see the module's documentation).
+pub(crate) struct NodeStage {
+    shared: Arc<Shared>,
+    keep: bool,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Where and how much a node stages.
+pub(crate) struct StageSpec<'a> {
+    pub(crate) dir: &'a Path,
+    pub(crate) node: u64,
+    pub(crate) nodes: u64,
+    pub(crate) budget: u64,
+    pub(crate) keep: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn warn_once(warned: &AtomicBool, tally: &ReadTally, dir: &Path, what: &str) {
+    tally.stage_warnings.fetch_add(1, Ordering::Relaxed);
+    if !warned.swap(true, Ordering::Relaxed) {
+        let line = format!(
+            "lmdbio: warning: node stage {}: {what}; reading the shared file system instead\n",
+            dir.display()
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }
+}
+
+impl NodeStage {
+    /// Opens (or starts) this node's stage for the database at `db_path`,
+    /// reusing what an earlier job staged of the same database. `None`
+    /// (after one warning) where the directory cannot be used.
+    pub(crate) fn open(
+        spec: StageSpec<'_>,
+        identity: Identity,
+        db_path: &Path,
+        tally: Arc<ReadTally>,
+    ) -> Option<NodeStage> {
+        let dir = spec.dir.join(format!("node-{}", spec.node));
+        let warned = AtomicBool::new(false);
+        let fail = |what: String| {
+            warn_once(&warned, &tally, &dir, &what);
+            None
+        };
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return fail(format!("cannot make the directory ({e})"));
+        }
+        let manifest_path = dir.join("manifest");
+        let data_path = dir.join("data.stage");
+        let data = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&data_path)
+        {
+            Ok(f) => f,
+            Err(e) => return fail(format!("cannot open {} ({e})", data_path.display())),
+        };
+        let staged_len = data.metadata().map_or(0, |m| m.len());
+        let extents = match manifest::read(&manifest_path, &identity) {
+            Ok(x) if staged_len >= identity.file_len => Some(x),
+            Ok(_) => {
+                warn_once(
+                    &warned,
+                    &tally,
+                    &dir,
+                    "its stage file is short; staging afresh",
+                );
+                None
+            }
+            Err(Refused::Missing) => None,
+            Err(Refused::Other(why)) => {
+                warn_once(&warned, &tally, &dir, &format!("{why}; staging afresh"));
+                None
+            }
+        };
+        let extents = match extents {
+            Some(x) => x,
+            None => {
+                let _ = std::fs::remove_file(&manifest_path);
+                // Sparse: only staged bytes take space.
+                if let Err(e) = data
+                    .set_len(0)
+                    .and_then(|()| data.set_len(identity.file_len))
+                {
+                    return fail(format!("cannot size {} ({e})", data_path.display()));
+                }
+                Extents::default()
+            }
+        };
+        let db = match FileSource::open(db_path) {
+            Ok(f) => f,
+            Err(e) => return fail(format!("cannot open the database to stage it ({e})")),
+        };
+        let shared = Arc::new(Shared {
+            placement: Placement {
+                file_len: identity.file_len,
+                node: spec.node,
+                nodes: spec.nodes.max(1),
+                budget: spec.budget,
+            },
+            dir,
+            data,
+            manifest: manifest_path,
+            identity,
+            extents: Mutex::new(extents),
+            queue: Mutex::new(Queue {
+                pieces: VecDeque::new(),
+                bytes: 0,
+                closing: Closing::Open,
+            }),
+            wake: Condvar::new(),
+            writing: AtomicBool::new(true),
+            warned,
+            db,
+            tally,
+        });
+        let for_writer = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("lmdbio-stage".into())
+            .spawn(move || for_writer.write_loop());
+        match writer {
+            Ok(handle) => Some(NodeStage {
+                shared,
+                keep: spec.keep,
+                writer: Mutex::new(Some(handle)),
+            }),
+            Err(e) => {
+                shared.warn(&format!("cannot start its writer ({e})"));
+                None
+            }
+        }
+    }
+
+    /// Reads `place.len()` bytes at database offset `at` from the stage if
+    /// it holds every one of them, checking the extents an earlier job
+    /// staged on their first use. `false`: read them from the database.
+    pub(crate) fn read_into(&self, place: &mut [u8], at: u64) -> bool {
+        let s = &self.shared;
+        let Some(cover) = lock(&s.extents).covering(at, place.len() as u64) else {
+            return false;
+        };
+        for (start, e) in cover {
+            if e.check == Check::Unchecked && !s.check_extent(start, e) {
+                return false;
+            }
+        }
+        if let Err(e) = s.data.read_exact_at(place, at) {
+            s.warn(&format!("a read of its stage file failed ({e})"));
+            return false;
+        }
+        s.tally
+            .stage_bytes
+            .fetch_add(place.len() as u64, Ordering::Relaxed);
+        true
+    }
+
+    /// Queues the parts of `runs` (read into `dest`, packed in file order)
+    /// this node holds and has not staged, for the writer. Never waits: a
+    /// part that would make the queue too long is left to the filler.
+    pub(crate) fn offer(&self, runs: &[ReadRun], dest: WindowRange) {
+        let s = &self.shared;
+        if !s.writing.load(Ordering::Relaxed) {
+            return;
+        }
+        let base = runs.first().map_or(0, |r| r.buf_offset);
+        let mut wanted = Vec::new();
+        {
+            let extents = lock(&s.extents);
+            for run in runs {
+                for (at, len) in s.placement.held_pieces(run.file_offset, run.len) {
+                    for (h, n) in extents.holes(at, len) {
+                        wanted.push((h, n, run.buf_offset - base + (h - run.file_offset)));
+                    }
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let mut queue = lock(&s.queue);
+        for (at, len, in_dest) in wanted {
+            if queue.bytes + len > MAX_QUEUED {
+                break;
+            }
+            let Ok(bytes) = dest.slice(in_dest as usize, len as usize) else {
+                break;
+            };
+            queue.pieces.push_back((at, bytes.to_vec()));
+            queue.bytes += len;
+        }
+        drop(queue);
+        s.wake.notify_one();
+    }
+
+    fn close(&self) {
+        let s = &self.shared;
+        lock(&s.queue).closing = if self.keep {
+            Closing::Finish
+        } else {
+            Closing::Stop
+        };
+        s.wake.notify_all();
+        if let Some(handle) = lock(&self.writer).take() {
+            let _ = handle.join();
+        }
+        if self.keep {
+            s.save_manifest();
+        } else {
+            let _ = std::fs::remove_file(&s.manifest);
+            let _ = std::fs::remove_file(s.dir.join("data.stage"));
+            let _ = std::fs::remove_dir(&s.dir);
+        }
+    }
+}
+
+impl Drop for NodeStage {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Shared {
+    fn warn(&self, what: &str) {
+        warn_once(&self.warned, &self.tally, &self.dir, what);
+    }
+
+    /// Checks an extent an earlier job staged against its checksum; a bad
+    /// one is never served again in this job.
+    fn check_extent(&self, start: u64, e: Extent) -> bool {
+        let mut bytes = vec![0u8; e.len as usize];
+        let good = self.data.read_exact_at(&mut bytes, start).is_ok() && crc32c(&bytes) == e.crc;
+        lock(&self.extents).set_check(start, if good { Check::Good } else { Check::Bad });
+        if !good {
+            self.warn(&format!(
+                "the staged bytes at {start} (+{}) fail their checksum",
+                e.len
+            ));
+        }
+        good
+    }
+
+    fn save_manifest(&self) {
+        let text = manifest::encode(&self.identity, &lock(&self.extents));
+        if let Err(e) = manifest::write(&self.manifest, &text) {
+            self.warn(&format!("cannot write its manifest ({e})"));
+        }
+    }
+
+    /// Stages `bytes` (the database's at `at`) where no extent holds them
+    /// yet. Only the writer thread adds extents, so the holes found stay
+    /// holes until written.
+    fn stage(&self, at: u64, bytes: &[u8]) -> u64 {
+        let holes = lock(&self.extents).holes(at, bytes.len() as u64);
+        let mut written = 0;
+        for (h, n) in holes {
+            let piece = &bytes[(h - at) as usize..(h - at + n) as usize];
+            if let Err(e) = self.data.write_all_at(piece, h) {
+                self.writing.store(false, Ordering::Relaxed);
+                self.warn(&format!("writing its stage file failed ({e})"));
+                return written;
+            }
+            let extent = Extent {
+                len: n,
+                crc: crc32c(piece),
+                check: Check::Good,
+            };
+            lock(&self.extents).map.insert(h, extent);
+            written += n;
+        }
+        self.tally
+            .stage_bytes_written
+            .fetch_add(written, Ordering::Relaxed);
+        written
+    }
+
+    /// The next piece of this node's blocks not staged yet, at or after
+    /// block `*block` (advanced past blocks with nothing left).
+    fn next_hole(&self, block: &mut u64) -> Option<(u64, u64)> {
+        let p = &self.placement;
+        while *block < p.blocks() {
+            let at = *block * BLOCK;
+            let len = BLOCK.min(p.file_len - at);
+            if p.holds(p.node, *block) {
+                if let Some(&hole) = lock(&self.extents).holes(at, len).first() {
+                    return Some(hole);
+                }
+            }
+            *block += 1;
+        }
+        None
+    }
+
+    /// Stages one piece of the node's blocks from the database file and
+    /// says how many bytes; `None` when there is nothing left to fill or
+    /// it failed.
+    fn fill_one(&self, block: &mut u64, buf: &mut Vec<u8>) -> Option<u64> {
+        let (at, len) = self.next_hole(block)?;
+        buf.resize(len as usize, 0);
+        if let Err(e) = self.db.read_exact_at(buf, at) {
+            self.writing.store(false, Ordering::Relaxed);
+            self.warn(&format!("reading the database to stage it failed ({e})"));
+            return None;
+        }
+        self.tally.add_db_read(len);
+        Some(self.stage(at, buf)).filter(|&n| n > 0)
+    }
+
+    fn write_loop(self: Arc<Self>) {
+        priority::lower_this_thread();
+        let mut block = 0u64;
+        let mut filling = true;
+        let mut since_manifest = 0u64;
+        let mut last_manifest = Instant::now();
+        let mut buf = Vec::new();
+        loop {
+            let (next, closing) = {
+                let mut q = lock(&self.queue);
+                let next = q.pieces.pop_front();
+                if let Some((_, b)) = &next {
+                    q.bytes -= b.len() as u64;
+                }
+                (next, q.closing)
+            };
+            if closing == Closing::Stop || !self.writing.load(Ordering::Relaxed) {
+                break;
+            }
+            let staged = match next {
+                Some((at, bytes)) => self.stage(at, &bytes),
+                None if filling => {
+                    let filled = self.fill_one(&mut block, &mut buf);
+                    filling = filled.is_some();
+                    if !filling {
+                        self.save_manifest();
+                    }
+                    filled.unwrap_or(0)
+                }
+                None if closing == Closing::Finish => break,
+                None => {
+                    let q = lock(&self.queue);
+                    if q.pieces.is_empty() && q.closing == Closing::Open {
+                        let _ = self.wake.wait_timeout(q, Duration::from_secs(1));
+                    }
+                    0
+                }
+            };
+            since_manifest += staged;
+            if since_manifest >= MANIFEST_EVERY
+                || (since_manifest > 0 && last_manifest.elapsed() > Duration::from_secs(5))
+            {
+                self.save_manifest();
+                since_manifest = 0;
+                last_manifest = Instant::now();
+            }
+        }
+    }
+}
