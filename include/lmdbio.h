@@ -229,6 +229,16 @@ int lmdbio_options_set_overlap(lmdbio_options *options, int overlap);
  * arrive. Default: the environment variable LMDBIO_TIMEOUT, else 1800. */
 int lmdbio_options_set_timeout(lmdbio_options *options, double seconds);
 int lmdbio_options_set_epoch_limit(lmdbio_options *options, uint64_t epochs);
+/* A node-local directory (NVMe scratch, $SLURM_TMPDIR, /dev/shm) where each
+ * node's reader keeps the parts of the database it holds (DIR/node-N): the
+ * first epoch copies what it reads there, later epochs read it from there
+ * instead of the shared file system. budget: bytes per node (UINT64_MAX: no
+ * limit; less than the database: each node holds its share). keep: nonzero
+ * leaves the stage, complete, for a later job to reuse. NULL dir: no stage
+ * (default). Independent reads with one reader per node only. Problems
+ * with the stage warn once on stderr and read the database file instead. */
+int lmdbio_options_set_stage(lmdbio_options *options, const char *dir_or_null, uint64_t budget,
+                             int keep);
 /* Shuffle every epoch with this seed; chunk_records 0 picks about 4 MiB of
  * values per chunk. Every rank computes the same order. */
 int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t chunk_records);

@@ -201,6 +201,19 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
     CHECK(*end == '\0') << "LMDBIO_CAFFE_INLINE_PAGES must be a byte count, got \"" << inline_pages << "\"";
     CHECK_EQ(lmdbio_options_set_inline_pages(options, bytes), LMDBIO_OK) << lmdbio_last_error();
   }
+  const char* stage = std::getenv("LMDBIO_CAFFE_STAGE");
+  if (stage != nullptr && *stage != '\0') {
+    unsigned long long budget = ~0ULL;
+    const char* budget_text = std::getenv("LMDBIO_CAFFE_STAGE_BUDGET");
+    if (budget_text != nullptr && *budget_text != '\0') {
+      char* end = nullptr;
+      budget = std::strtoull(budget_text, &end, 10);
+      CHECK(*end == '\0') << "LMDBIO_CAFFE_STAGE_BUDGET must be a byte count, got \"" << budget_text
+                          << "\"";
+    }
+    const int keep = env_count("LMDBIO_CAFFE_KEEP_STAGE") > 0 ? 1 : 0;
+    CHECK_EQ(lmdbio_options_set_stage(options, stage, budget, keep), LMDBIO_OK) << lmdbio_last_error();
+  }
   // Collective: every rank constructs its nets' layers in the same order.
   const int rc = lmdbio_open(MPI_COMM_WORLD, source_.c_str(), options, &engine_);
   lmdbio_options_free(options);

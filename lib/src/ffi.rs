@@ -427,6 +427,33 @@ pub unsafe extern "C" fn lmdbio_options_set_subdb(
     }
 }
 
+/// Sets [`EngineOptions::stage`], [`EngineOptions::stage_budget`] and
+/// [`EngineOptions::keep_stage`]: a node-local directory (NULL: no stage),
+/// the bytes each node's stage may hold (`UINT64_MAX`: no limit), and
+/// whether to keep the stage when the engine is closed.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_options_set_stage(
+    options: *mut lmdbio_options,
+    dir: *const c_char,
+    budget: u64,
+    keep: c_int,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a live options handle, and NULL or
+    // a valid NUL-terminated string, as the header says.
+    unsafe {
+        with_options(options, |o| {
+            o.stage = if dir.is_null() {
+                None
+            } else {
+                Some(std::path::PathBuf::from(c_str(dir, "stage directory")?))
+            };
+            o.stage_budget = budget;
+            o.keep_stage = keep != 0;
+            Ok(())
+        })
+    }
+}
+
 /// Sets [`EngineOptions::coalesce`]: run target and largest gap, in bytes.
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_options_set_coalesce(
