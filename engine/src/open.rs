@@ -139,14 +139,28 @@ fn attach_stage(
         budget: options.stage_budget,
         keep: options.keep_stage,
     };
+    let path = file.path().to_owned();
+    let marks = std::fs::metadata(&path).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (
+            m.ino(),
+            i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        )
+    });
+    let Ok((inode, modified)) = marks else {
+        // The reader has the file open: it was there a moment ago. Staging
+        // without its marks could serve another file's bytes; do without.
+        return;
+    };
     let identity = crate::node_stage::Identity {
+        inode,
+        modified,
         file_len: file.len(),
         entries: database.entries,
         txnid: database.txnid,
         page_size: database.page_size,
         digest: database.digest,
     };
-    let path = file.path().to_owned();
     if let Some(stage) =
         crate::node_stage::NodeStage::open(spec, identity, &path, Arc::clone(tally))
     {

@@ -9,11 +9,16 @@ use super::extents::{Check, Extent, Extents};
 
 const MAGIC: &str = "lmdbio node stage 1";
 
-/// What the stage must match to be reused: the database file's length and
-/// the database's identity (entries, last transaction, page size, and the
-/// digest of its meta page and trees).
+/// What the stage must match to be reused: the database file (inode,
+/// modification time, length) and the database's identity (entries, last
+/// transaction, page size, and the digest of its meta page and trees).
+/// The file's own marks matter: two databases written the same way hold
+/// the same trees and differ only in their values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Identity {
+    pub(crate) inode: u64,
+    /// Nanoseconds since the epoch.
+    pub(crate) modified: i128,
     pub(crate) file_len: u64,
     pub(crate) entries: u64,
     pub(crate) txnid: u64,
@@ -24,8 +29,14 @@ pub(crate) struct Identity {
 impl Identity {
     fn line(&self) -> String {
         format!(
-            "identity {} {} {} {} {:016x}",
-            self.file_len, self.entries, self.txnid, self.page_size, self.digest
+            "identity {} {} {} {} {} {} {:016x}",
+            self.inode,
+            self.modified,
+            self.file_len,
+            self.entries,
+            self.txnid,
+            self.page_size,
+            self.digest
         )
     }
 }
@@ -113,6 +124,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("manifest");
         let id = Identity {
+            inode: 12,
+            modified: 1_700_000_000_123_456_789,
             file_len: 1 << 30,
             entries: 10,
             txnid: 7,
@@ -136,8 +149,16 @@ mod tests {
         assert_eq!(back.map.len(), 2);
         assert_eq!(back.map[&8192].crc, 8193);
         assert_eq!(back.map[&8192].check, Check::Unchecked);
-        let other = Identity { txnid: 8, ..id };
-        assert!(matches!(read(&path, &other), Err(Refused::Other(_))));
+        for other in [
+            Identity { txnid: 8, ..id },
+            Identity { inode: 13, ..id },
+            Identity {
+                modified: id.modified + 1,
+                ..id
+            },
+        ] {
+            assert!(matches!(read(&path, &other), Err(Refused::Other(_))));
+        }
         std::fs::write(&path, "lmdbio node stage 1\nidentity x\n").unwrap();
         assert!(matches!(read(&path, &id), Err(Refused::Other(_))));
         std::fs::remove_dir_all(&dir).unwrap();

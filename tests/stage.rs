@@ -1,0 +1,342 @@
+//! The node stage under real `mpiexec` (virtual nodes, each with its own
+//! stage directory): staged epochs deliver liblmdb's records exactly, a
+//! kept stage is reused by the next job instead of the database file, and
+//! a damaged, foreign, full or unwritable stage falls back to the file with
+//! one warning and the right bytes.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use lmdbio_testkit as kit;
+use sha2::{Digest, Sha256};
+
+fn binary() -> PathBuf {
+    std::env::var_os("LMDBIO_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_lmdbio")),
+        PathBuf::from,
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// liblmdb's records as trace lines, sorted.
+fn oracle_lines(fx: &kit::Fixture) -> Vec<String> {
+    let mut lines: Vec<String> = fx
+        .oracle()
+        .iter()
+        .map(|(k, v)| format!("{} {} {}", hex(k), v.len(), hex(&Sha256::digest(v))))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A database of values larger than a page (read in rounds, not served
+/// from kept leaf pages): about 18 MB, five 4 MiB blocks.
+fn database(seed: u64) -> kit::Fixture {
+    kit::caffe_style(600, 30_000, seed)
+}
+
+/// What one bench run gave: its output, its JSON row and every rank's
+/// trace lines.
+struct Ran {
+    out: Output,
+    row: serde_json::Value,
+    lines: Vec<String>,
+}
+
+impl Ran {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+
+    fn f(&self, key: &str) -> f64 {
+        self.row[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} in {}", self.row))
+    }
+
+    /// The sorted records of epoch `e`.
+    fn epoch(&self, e: u64) -> Vec<String> {
+        let prefix = format!("{e} ");
+        let mut lines: Vec<String> = self
+            .lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
+        lines.sort();
+        lines
+    }
+}
+
+/// `lmdbio bench` on `n` ranks, `k` per node, with `--trace` and `--json`;
+/// requires success.
+fn bench(db: &Path, n: usize, k: usize, extra: &[&str]) -> Ran {
+    let scratch = kit::TempDir::new().unwrap();
+    let trace = scratch.path().join("trace");
+    let json = scratch.path().join("run.json");
+    let k = k.to_string();
+    let mut cmd = kit::mpiexec(n, &binary());
+    cmd.arg("bench")
+        .args(["--trace", trace.to_str().unwrap()])
+        .args(["--json", json.to_str().unwrap()])
+        .args([
+            "--ranks-per-node",
+            &k,
+            "--batch",
+            "7",
+            "--window",
+            "4000000",
+        ])
+        .args(extra)
+        .arg(db);
+    let out = kit::run_bounded(cmd);
+    assert!(
+        out.status.success(),
+        "bench -n {n} {extra:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let row = doc["runs"][0].clone();
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(&trace).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    Ran { out, row, lines }
+}
+
+fn assert_epochs_exact(ran: &Ran, oracle: &[String], epochs: u64, what: &str) {
+    for e in 0..epochs {
+        assert!(
+            ran.epoch(e) == oracle,
+            "{what}: epoch {e} differs from liblmdb"
+        );
+    }
+    assert_eq!(
+        ran.lines.len() as u64,
+        epochs * oracle.len() as u64,
+        "{what}"
+    );
+}
+
+/// The extents a node's manifest lists, as (offset, length).
+fn manifest_extents(node_dir: &Path) -> Vec<(u64, u64)> {
+    std::fs::read_to_string(node_dir.join("manifest"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0] == "extent").then(|| (f[1].parse().unwrap(), f[2].parse().unwrap()))
+        })
+        .collect()
+}
+
+fn stage_args<'a>(dir: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--epochs", "3", "--stage", dir];
+    args.extend_from_slice(more);
+    args
+}
+
+#[test]
+fn staged_epochs_are_exact_and_a_kept_stage_serves_the_next_job() {
+    let fx = database(301);
+    let oracle = oracle_lines(&fx);
+    let file_len = std::fs::metadata(fx.data_file()).unwrap().len() as f64;
+    for (n, k) in [(1usize, 1usize), (2, 1), (2, 2), (3, 1), (4, 1), (4, 2)] {
+        let what = format!("-n {n}, {k} per node");
+        let stage = kit::TempDir::new().unwrap();
+        let dir = stage.path().to_str().unwrap();
+        let nodes = n.div_ceil(k);
+        let first = bench(&fx.path, n, k, &stage_args(dir, &["--keep-stage"]));
+        assert_epochs_exact(&first, &oracle, 3, &what);
+        assert_eq!(first.f("stage_warnings"), 0.0, "{what}: {}", first.stderr());
+        for node in 0..nodes {
+            // Kept complete: the whole file, in extents that do not overlap.
+            let extents = manifest_extents(&stage.path().join(format!("node-{node}")));
+            let mut end = 0;
+            for &(at, len) in &extents {
+                assert!(at >= end, "{what}: overlapping extents");
+                end = at + len;
+            }
+            let staged: u64 = extents.iter().map(|e| e.1).sum();
+            assert_eq!(staged as f64, file_len, "{what}: node {node} not complete");
+        }
+        // The next job reads its values from the stage only: the file is
+        // read for the tree scan, a small part of it.
+        let again = bench(&fx.path, n, k, &stage_args(dir, &[]));
+        assert_epochs_exact(&again, &oracle, 3, &what);
+        assert!(
+            again.f("bytes_read_per_node") < 0.1 * file_len,
+            "{what}: a warm stage still read {} bytes of the file per node",
+            again.f("bytes_read_per_node")
+        );
+        let delivered = again.f("bytes_delivered") / nodes as f64;
+        assert!(
+            again.f("stage_bytes_read_per_node") >= delivered,
+            "{what}: {} bytes per node from the stage for {delivered} delivered",
+            again.f("stage_bytes_read_per_node")
+        );
+        // Not kept this time: removed.
+        for node in 0..nodes {
+            assert!(
+                !stage.path().join(format!("node-{node}")).exists(),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_damaged_staged_extent_is_read_from_the_file_instead() {
+    let fx = database(302);
+    let oracle = oracle_lines(&fx);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let first = bench(&fx.path, 2, 1, &stage_args(dir, &["--keep-stage"]));
+    assert_epochs_exact(&first, &oracle, 3, "first job");
+    // Flip one byte in the middle of every extent of node 0's stage.
+    let node0 = stage.path().join("node-0");
+    let data = node0.join("data.stage");
+    let mut bytes = std::fs::read(&data).unwrap();
+    for (at, len) in manifest_extents(&node0) {
+        bytes[(at + len / 2) as usize] ^= 0x5a;
+    }
+    std::fs::write(&data, bytes).unwrap();
+    let again = bench(&fx.path, 2, 1, &stage_args(dir, &["--keep-stage"]));
+    assert_epochs_exact(&again, &oracle, 3, "damaged stage");
+    assert!(again.f("stage_warnings") >= 1.0);
+    let warnings = again.stderr().matches("fail their checksum").count();
+    assert_eq!(warnings, 1, "one warning per node: {}", again.stderr());
+    // The damaged extents were staged afresh for the job after.
+    let third = bench(&fx.path, 2, 1, &stage_args(dir, &[]));
+    assert_epochs_exact(&third, &oracle, 3, "restaged");
+    assert_eq!(third.f("stage_warnings"), 0.0, "{}", third.stderr());
+}
+
+#[test]
+fn a_stage_of_another_database_is_refused_and_replaced() {
+    let (a, b) = (database(303), database(304));
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    bench(&a.path, 2, 1, &stage_args(dir, &["--keep-stage"]));
+    let other = bench(&b.path, 2, 1, &stage_args(dir, &["--keep-stage"]));
+    assert_epochs_exact(&other, &oracle_lines(&b), 3, "another database");
+    assert!(
+        other.stderr().contains("holds another database"),
+        "{}",
+        other.stderr()
+    );
+    // Restaged for b: its next job reads the stage without complaint.
+    let again = bench(&b.path, 2, 1, &stage_args(dir, &[]));
+    assert_epochs_exact(&again, &oracle_lines(&b), 3, "restaged");
+    assert_eq!(again.f("stage_warnings"), 0.0, "{}", again.stderr());
+    assert!(again.f("stage_bytes_read_per_node") > 0.0);
+}
+
+#[test]
+fn an_unusable_stage_directory_warns_and_reads_the_file() {
+    let fx = database(305);
+    let oracle = oracle_lines(&fx);
+    let scratch = kit::TempDir::new().unwrap();
+    // A directory under a regular file cannot be made, even by root.
+    let file = scratch.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let dir = file.join("stage");
+    let ran = bench(&fx.path, 4, 2, &stage_args(dir.to_str().unwrap(), &[]));
+    assert_epochs_exact(&ran, &oracle, 3, "unwritable stage");
+    assert_eq!(ran.stderr().matches("cannot make the directory").count(), 2);
+    assert_eq!(ran.f("stage_bytes_read_per_node"), 0.0);
+}
+
+#[test]
+fn a_full_stage_file_system_warns_and_reads_the_file() {
+    let fx = database(306);
+    let oracle = oracle_lines(&fx);
+    let scratch = kit::TempDir::new().unwrap();
+    let small = scratch.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    // A 2 MiB file system for an 18 MB database; only root may mount one.
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&small)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (not root)");
+        return;
+    }
+    let ran = bench(&fx.path, 2, 1, &stage_args(small.to_str().unwrap(), &[]));
+    let _ = std::process::Command::new("umount").arg(&small).status();
+    assert_epochs_exact(&ran, &oracle, 3, "full stage");
+    assert!(ran.stderr().contains("No space left"), "{}", ran.stderr());
+}
+
+#[test]
+fn a_budget_smaller_than_the_database_partitions_it_and_stays_exact() {
+    let fx = database(307);
+    let oracle = oracle_lines(&fx);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let budget = (8u64 << 20).to_string();
+    let keep = stage_args(dir, &["--stage-budget", &budget, "--keep-stage"]);
+    let first = bench(&fx.path, 4, 2, &keep);
+    assert_epochs_exact(&first, &oracle, 3, "partitioned");
+    // Five blocks over two nodes: node 0 holds blocks 0 and 2 (its budget
+    // allows two), node 1 blocks 1 and 3; block 4 is read from the file.
+    let block = 4u64 << 20;
+    for (node, blocks) in [(0u64, [0u64, 2]), (1, [1, 3])] {
+        let extents = manifest_extents(&stage.path().join(format!("node-{node}")));
+        let staged: u64 = extents.iter().map(|e| e.1).sum();
+        assert_eq!(staged, 2 * block, "node {node}");
+        for (at, len) in extents {
+            assert!(blocks.contains(&(at / block)) && (at + len - 1) / block == at / block);
+        }
+    }
+    let again = bench(
+        &fx.path,
+        4,
+        2,
+        &stage_args(dir, &["--stage-budget", &budget]),
+    );
+    assert_epochs_exact(&again, &oracle, 3, "partitioned, warm");
+    assert!(again.f("stage_bytes_read_per_node") > 0.0);
+    assert!(again.f("bytes_read_per_node") > 0.0);
+}
+
+#[test]
+fn a_job_resumed_with_a_warm_or_a_cold_stage_continues_exactly() {
+    let fx = database(308);
+    let scratch = kit::TempDir::new().unwrap();
+    let cursor = scratch.path().join("cursor.bin");
+    let cursor = cursor.to_str().unwrap();
+    let common = ["--shuffle", "5", "--shuffle-chunk", "40"];
+    let mut plain = vec!["--epochs", "3"];
+    plain.extend_from_slice(&common);
+    let whole = bench(&fx.path, 3, 1, &plain);
+    for warm in [true, false] {
+        let stage = kit::TempDir::new().unwrap();
+        let dir = stage.path().to_str().unwrap();
+        let mut stop = stage_args(dir, &["--keep-stage", "--stop-after", "50"]);
+        stop.extend_from_slice(&common);
+        stop.extend_from_slice(&["--save-cursor", cursor]);
+        let first = bench(&fx.path, 3, 1, &stop);
+        let rest_dir = if warm {
+            dir.to_owned()
+        } else {
+            scratch.path().join("cold").to_str().unwrap().to_owned()
+        };
+        let mut resume = stage_args(&rest_dir, &["--resume", cursor]);
+        resume.extend_from_slice(&common);
+        let rest = bench(&fx.path, 3, 1, &resume);
+        let mut joined: Vec<String> = first.lines.iter().chain(&rest.lines).cloned().collect();
+        joined.sort();
+        let mut want = whole.lines.clone();
+        want.sort();
+        assert!(joined == want, "warm {warm}: the resumed job differs");
+        if warm {
+            assert!(rest.f("stage_bytes_read_per_node") > 0.0);
+        }
+    }
+}
