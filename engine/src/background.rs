@@ -153,6 +153,7 @@ pub(crate) fn read_and_publish(
     }
     let mut guard = FailUnlessDone(progress, false);
     let all = runs.len();
+    let serving = file.stage().map(|s| s.serving());
     let read = file.read_runs(runs, order, dest, streams, &|n| {
         if n < all && still_intact() {
             progress.complete(n)
@@ -166,6 +167,7 @@ pub(crate) fn read_and_publish(
             "the snapshot check failed, then passed".into(),
         ));
     }
+    drop(serving);
     tally.add(by_epoch, read);
     progress.complete(all);
     guard.1 = true;

@@ -15,8 +15,6 @@ pub(crate) enum Check {
     Unchecked,
     /// Written by this job, or checked.
     Good,
-    /// Failed its check or its read: never served.
-    Bad,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,8 +32,7 @@ pub(crate) struct Extents {
 }
 
 impl Extents {
-    /// The extents that together cover `[at, at + len)` with no hole and
-    /// none bad, as `(start, extent)`; `None` if any byte is not staged.
+    /// The extents that together cover `[at, at + len)` with no hole, as `(start, extent)`; `None` if any byte is not staged.
     pub(crate) fn covering(&self, at: u64, len: u64) -> Option<Vec<(u64, Extent)>> {
         let end = at.checked_add(len)?;
         let mut pos = at;
@@ -45,7 +42,7 @@ impl Extents {
             if s + e.len <= pos {
                 continue;
             }
-            if s > pos || e.check == Check::Bad {
+            if s > pos {
                 return None;
             }
             found.push((s, e));
@@ -57,8 +54,7 @@ impl Extents {
         (pos >= end).then_some(found)
     }
 
-    /// The parts of `[at, at + len)` no extent holds (bad ones count as
-    /// held: they are not staged again in this job).
+    /// The parts of `[at, at + len)` no extent holds.
     pub(crate) fn holes(&self, at: u64, len: u64) -> Vec<(u64, u64)> {
         let end = at + len;
         let mut pos = at;
@@ -79,10 +75,22 @@ impl Extents {
         holes
     }
 
-    pub(crate) fn set_check(&mut self, start: u64, check: Check) {
-        if let Some(e) = self.map.get_mut(&start) {
-            e.check = check;
+    /// Marks the extent at `start` checked, or drops it if it failed (its
+    /// bytes are then a hole, staged again).
+    pub(crate) fn set_checked(&mut self, start: u64, good: bool) {
+        if !good {
+            self.map.remove(&start);
+        } else if let Some(e) = self.map.get_mut(&start) {
+            e.check = Check::Good;
         }
+    }
+
+    /// The first extent at or after `from` that no one has checked yet.
+    pub(crate) fn next_unchecked(&self, from: u64) -> Option<(u64, Extent)> {
+        self.map
+            .range(from..)
+            .find(|(_, e)| e.check == Check::Unchecked)
+            .map(|(&s, &e)| (s, e))
     }
 }
 
@@ -160,12 +168,13 @@ mod tests {
         assert!(x.covering(90, 20).is_none());
         assert!(x.covering(190, 20).is_none());
         assert!(x.covering(301, 5).is_some());
-        x.set_check(150, Check::Bad);
-        assert!(x.covering(120, 60).is_none());
-        assert!(x.covering(120, 20).is_some());
         assert_eq!(x.holes(0, 400), vec![(0, 100), (200, 100), (310, 90)]);
         assert_eq!(x.holes(120, 60), vec![]);
         assert_eq!(x.holes(305, 10), vec![(310, 5)]);
+        x.set_checked(150, false);
+        assert!(x.covering(120, 60).is_none());
+        assert!(x.covering(120, 20).is_some());
+        assert_eq!(x.holes(120, 60), vec![(150, 30)]);
     }
 
     #[test]

@@ -44,9 +44,7 @@ impl Identity {
 pub(crate) fn encode(identity: &Identity, extents: &Extents) -> String {
     let mut text = format!("{MAGIC}\n{}\n", identity.line());
     for (start, e) in &extents.map {
-        if e.check != Check::Bad {
-            text.push_str(&format!("extent {start} {} {:08x}\n", e.len, e.crc));
-        }
+        text.push_str(&format!("extent {start} {} {:08x}\n", e.len, e.crc));
     }
     text
 }

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,6 +40,10 @@ use manifest::Refused;
 /// run is not queued (the filler stages it later), so a slow stage costs
 /// the serving reads a copy at most, never a wait.
 const MAX_QUEUED: u64 = 64 << 20;
+
+/// The filler reads the database in pieces of at most this many bytes, so
+/// that a serving read that starts meanwhile waits for little.
+const FILL_PIECE: u64 = 1 << 20;
 
 /// The manifest is rewritten after this many bytes staged, so that a job
 /// stopped early leaves most of its work reusable.
@@ -73,6 +77,9 @@ struct Shared {
     /// Cleared when a write fails: nothing more is staged in this job.
     writing: AtomicBool,
     warned: AtomicBool,
+    /// Serving reads of the database in progress: the filler waits for
+    /// none to be (see `NodeStage::serving`).
+    serving: AtomicUsize,
     /// The database file, for the filler's reads.
     db: FileSource,
     tally: Arc<ReadTally>,
@@ -196,6 +203,7 @@ impl NodeStage {
             wake: Condvar::new(),
             writing: AtomicBool::new(true),
             warned,
+            serving: AtomicUsize::new(0),
             db,
             tally,
         });
@@ -277,6 +285,15 @@ impl NodeStage {
         s.wake.notify_one();
     }
 
+    /// Held while the reader reads a round: the filler reads the database
+    /// only between them. Its idle I/O priority is not enough, since most
+    /// block-layer schedulers (`none`, `mq-deadline`) do not heed it, and a
+    /// fill read beside a serving read slows the one the ranks wait for.
+    pub(crate) fn serving(&self) -> Serving<'_> {
+        self.shared.serving.fetch_add(1, Ordering::SeqCst);
+        Serving(&self.shared)
+    }
+
     fn close(&self) {
         let s = &self.shared;
         lock(&s.queue).closing = if self.keep {
@@ -298,6 +315,15 @@ impl NodeStage {
     }
 }
 
+/// A serving read in progress (see [`NodeStage::serving`]).
+pub(crate) struct Serving<'s>(&'s Shared);
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.serving.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Drop for NodeStage {
     fn drop(&mut self) {
         self.close();
@@ -310,11 +336,11 @@ impl Shared {
     }
 
     /// Checks an extent an earlier job staged against its checksum; a bad
-    /// one is never served again in this job.
+    /// one is dropped, to be staged again.
     fn check_extent(&self, start: u64, e: Extent) -> bool {
         let mut bytes = vec![0u8; e.len as usize];
         let good = self.data.read_exact_at(&mut bytes, start).is_ok() && crc32c(&bytes) == e.crc;
-        lock(&self.extents).set_check(start, if good { Check::Good } else { Check::Bad });
+        lock(&self.extents).set_checked(start, good);
         if !good {
             self.warn(&format!(
                 "the staged bytes at {start} (+{}) fail their checksum",
@@ -366,8 +392,8 @@ impl Shared {
             let at = *block * BLOCK;
             let len = BLOCK.min(p.file_len - at);
             if p.holds(p.node, *block) {
-                if let Some(&hole) = lock(&self.extents).holes(at, len).first() {
-                    return Some(hole);
+                if let Some(&(h, n)) = lock(&self.extents).holes(at, len).first() {
+                    return Some((h, n.min(FILL_PIECE)));
                 }
             }
             *block += 1;
@@ -390,9 +416,21 @@ impl Shared {
         Some(self.stage(at, buf)).filter(|&n| n > 0)
     }
 
+    /// Checks the next extent an earlier job staged that this job has not
+    /// read yet, so a damaged one is staged again before it is needed;
+    /// `None` when all are checked.
+    fn check_one(&self, from: &mut u64) -> Option<u64> {
+        let next = lock(&self.extents).next_unchecked(*from);
+        let (start, e) = next?;
+        *from = start + e.len;
+        let _ = self.check_extent(start, e);
+        Some(0)
+    }
+
     fn write_loop(self: Arc<Self>) {
         priority::lower_this_thread();
         let mut block = 0u64;
+        let mut checked_to = 0u64;
         let mut filling = true;
         let mut since_manifest = 0u64;
         let mut last_manifest = Instant::now();
@@ -411,15 +449,36 @@ impl Shared {
             }
             let staged = match next {
                 Some((at, bytes)) => self.stage(at, &bytes),
-                None if filling => {
-                    let filled = self.fill_one(&mut block, &mut buf);
-                    filling = filled.is_some();
-                    if !filling {
-                        self.save_manifest();
+                None if filling && self.serving.load(Ordering::SeqCst) > 0 => {
+                    let q = lock(&self.queue);
+                    if q.pieces.is_empty() && q.closing == Closing::Open {
+                        let _ = self.wake.wait_timeout(q, Duration::from_millis(5));
                     }
-                    filled.unwrap_or(0)
+                    0
                 }
-                None if closing == Closing::Finish => break,
+                None if filling => {
+                    let done = self.fill_one(&mut block, &mut buf);
+                    let done = done.or_else(|| self.check_one(&mut checked_to));
+                    if done.is_none() {
+                        // Extents found bad left holes: fill them, once.
+                        block = 0;
+                        filling = self.next_hole(&mut block).is_some();
+                        if !filling {
+                            self.save_manifest();
+                        }
+                    }
+                    done.unwrap_or(0)
+                }
+                None if closing == Closing::Finish => {
+                    // Kept complete: holes left by extents found bad after
+                    // the fill ended are filled now.
+                    block = 0;
+                    filling = self.next_hole(&mut block).is_some();
+                    if !filling {
+                        break;
+                    }
+                    0
+                }
                 None => {
                     let q = lock(&self.queue);
                     if q.pieces.is_empty() && q.closing == Closing::Open {
