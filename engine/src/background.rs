@@ -153,7 +153,7 @@ pub(crate) fn read_and_publish(
     }
     let mut guard = FailUnlessDone(progress, false);
     let all = runs.len();
-    let serving = file.stage().map(|s| s.serving());
+    let serving = file.stage().and_then(|s| s.serving(runs));
     let read = file.read_runs(runs, order, dest, streams, &|n| {
         if n < all && still_intact() {
             progress.complete(n)

@@ -289,9 +289,19 @@ impl NodeStage {
     /// only between them. Its idle I/O priority is not enough, since most
     /// block-layer schedulers (`none`, `mq-deadline`) do not heed it, and a
     /// fill read beside a serving read slows the one the ranks wait for.
-    pub(crate) fn serving(&self) -> Serving<'_> {
+    /// `None` when the stage holds all of `runs`: a round read from the
+    /// stage leaves the database to the filler.
+    pub(crate) fn serving(&self, runs: &[ReadRun]) -> Option<Serving<'_>> {
+        let extents = lock(&self.shared.extents);
+        if runs
+            .iter()
+            .all(|r| extents.covering(r.file_offset, r.len).is_some())
+        {
+            return None;
+        }
+        drop(extents);
         self.shared.serving.fetch_add(1, Ordering::SeqCst);
-        Serving(&self.shared)
+        Some(Serving(&self.shared))
     }
 
     fn close(&self) {
