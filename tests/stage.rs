@@ -172,6 +172,20 @@ fn staged_epochs_are_exact_and_a_kept_stage_serves_the_next_job() {
             "{what}: a warm stage still read {} bytes of the file per node",
             again.f("bytes_read_per_node")
         );
+        // Per epoch: after the first (which scans the tree), not a byte of
+        // the file; every epoch's values from the stage.
+        let rows = again.row["per_epoch"].as_array().unwrap();
+        assert_eq!(rows.len(), 3, "{what}");
+        for r in rows {
+            let db = r["db_bytes_read_per_node"].as_f64().unwrap();
+            let staged = r["stage_bytes_read_per_node"].as_f64().unwrap();
+            let delivered = r["bytes_delivered"].as_f64().unwrap();
+            if r["epoch"] != 0 {
+                assert_eq!(db, 0.0, "{what}: {r}");
+            }
+            assert!(staged * nodes as f64 >= delivered, "{what}: {r}");
+            assert_eq!(r["remote_bytes_received_per_node"].as_f64(), Some(0.0));
+        }
         let delivered = again.f("bytes_delivered") / nodes as f64;
         assert!(
             again.f("stage_bytes_read_per_node") >= delivered,

@@ -6,9 +6,11 @@ use std::thread::JoinHandle;
 
 use crate::counters::ReadTally;
 use crate::data_file::{DataFile, RunsRead, WindowRange};
+use crate::round::run_bytes_by_epoch;
 use crate::step_ready::Progress;
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::plan::ReadRun;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// This reader's outstanding read of a round.
 pub(crate) enum InFlight {
@@ -119,7 +121,8 @@ pub(crate) struct Publish<'a> {
 /// run complete or with the failure (also when the read unwinds), so that
 /// no rank waits for a read that stopped. The read is counted in `tally`
 /// before its last run is published; nothing is published once the
-/// snapshot check fails. `by_epoch` is the runs' bytes by epoch.
+/// snapshot check fails. `epochs` gives the epoch each run counts for;
+/// runs read from the node's stage count as such.
 pub(crate) fn read_and_publish(
     file: &DataFile,
     runs: &[ReadRun],
@@ -127,7 +130,7 @@ pub(crate) fn read_and_publish(
     dest: WindowRange,
     streams: usize,
     publish: Publish,
-    by_epoch: &[(u64, u64)],
+    epochs: &[u64],
 ) -> Result<RunsRead> {
     let Publish {
         progress,
@@ -153,12 +156,24 @@ pub(crate) fn read_and_publish(
     }
     let mut guard = FailUnlessDone(progress, false);
     let all = runs.len();
-    let serving = file.stage().and_then(|s| s.serving(runs));
-    let read = file.read_runs(runs, order, dest, streams, &|n| {
-        if n < all && still_intact() {
-            progress.complete(n)
-        }
-    })?;
+    let stage = file.stage();
+    let serving = stage.and_then(|s| s.serving(runs));
+    let staged: Vec<AtomicBool> = match stage {
+        Some(_) => runs.iter().map(|_| AtomicBool::new(false)).collect(),
+        None => Vec::new(),
+    };
+    let read = file.read_runs(
+        runs,
+        order,
+        dest,
+        streams,
+        &|n| {
+            if n < all && still_intact() {
+                progress.complete(n)
+            }
+        },
+        &staged,
+    )?;
     if let Some(s) = snapshot {
         s.check()?;
     }
@@ -168,13 +183,20 @@ pub(crate) fn read_and_publish(
         ));
     }
     drop(serving);
-    tally.add(by_epoch, read);
+    let from_stage = |i: usize| staged.get(i).is_some_and(|s| s.load(Ordering::Relaxed));
+    tally.add(&run_bytes_by_epoch(runs, epochs, |i| !from_stage(i)), read);
+    for (epoch, bytes) in run_bytes_by_epoch(runs, epochs, from_stage) {
+        tally.add_stage_read(epoch, bytes);
+    }
+    if let Some(&latest) = epochs.iter().max() {
+        tally.current_epoch.fetch_max(latest, Ordering::Relaxed);
+    }
     progress.complete(all);
     guard.1 = true;
     // The round's area is not read into again before this thread ends (the
     // next read into it waits for the one after this, which waits for
     // this), so its bytes can still be copied for the stage.
-    if let Some(stage) = file.stage() {
+    if let Some(stage) = stage {
         stage.offer(runs, dest);
     }
     Ok(read)

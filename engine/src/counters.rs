@@ -198,7 +198,13 @@ impl ReadTally {
     pub(crate) fn add_db_read(&self, bytes: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         let epoch = self.current_epoch.load(Relaxed);
-        self.add(&[(epoch, bytes)], RunsRead { requests: 1, ..RunsRead::default() });
+        self.add(
+            &[(epoch, bytes)],
+            RunsRead {
+                requests: 1,
+                ..RunsRead::default()
+            },
+        );
     }
 
     /// Bytes read from the node's stage for `epoch`.

@@ -93,19 +93,15 @@ pub(crate) struct MyReads {
     pub(crate) order: Vec<usize>,
     /// Window offset of the round's area.
     pub(crate) base: u64,
-    /// The runs' bytes by the epoch of the records they hold.
-    pub(crate) by_epoch: BytesByEpoch,
+    /// The epoch each run counts for (see `run_epochs`).
+    pub(crate) epochs: Vec<u64>,
 }
 
-/// The bytes of `plan.runs[mine]` by epoch: each run counts for the
-/// earliest epoch among the records it holds. `span_epochs` gives each of
-/// the plan's spans' epoch, in the plan's order.
-fn run_bytes_by_epoch(
-    plan: &ReadPlan,
-    span_epochs: &[u64],
-    mine: std::ops::Range<usize>,
-) -> BytesByEpoch {
-    let runs = &plan.runs[mine.clone()];
+/// The epoch each of `plan.runs[mine]` counts for: the earliest among the
+/// records it holds. `span_epochs` gives each of the plan's spans' epoch,
+/// in the plan's order.
+fn run_epochs(plan: &ReadPlan, span_epochs: &[u64], mine: std::ops::Range<usize>) -> Vec<u64> {
+    let runs = &plan.runs[mine];
     let mut epoch_of = vec![u64::MAX; runs.len()];
     for (p, &epoch) in plan.placements.iter().zip(span_epochs) {
         let k = runs.partition_point(|r| r.buf_offset + r.len <= p.buf_offset);
@@ -116,15 +112,30 @@ fn run_bytes_by_epoch(
             *e = (*e).min(epoch);
         }
     }
+    // Every run holds a span; a run without one would count for the epoch
+    // before it.
+    let mut before = 0;
+    for e in &mut epoch_of {
+        if *e == u64::MAX {
+            *e = before;
+        }
+        before = *e;
+    }
+    epoch_of
+}
+
+/// The bytes of `runs` by epoch (`epochs[i]` is run `i`'s), of the runs
+/// `take` selects.
+pub(crate) fn run_bytes_by_epoch(
+    runs: &[ReadRun],
+    epochs: &[u64],
+    take: impl Fn(usize) -> bool,
+) -> BytesByEpoch {
     let mut out: BytesByEpoch = Vec::new();
-    for (r, e) in runs.iter().zip(epoch_of) {
-        // Every run holds a span; a run without one would count for the
-        // epoch before it.
-        let e = if e == u64::MAX {
-            out.last().map_or(0, |&(e, _)| e)
-        } else {
-            e
-        };
+    for (i, (r, &e)) in runs.iter().zip(epochs).enumerate() {
+        if !take(i) {
+            continue;
+        }
         match out.iter_mut().find(|(x, _)| *x == e) {
             Some((_, b)) => *b += r.len,
             None => out.push((e, r.len)),
@@ -394,7 +405,7 @@ impl Engine {
                 runs: plan.runs[groups[me].clone()].to_vec(),
                 order: std::mem::take(&mut order[me]),
                 base,
-                by_epoch: run_bytes_by_epoch(&plan, &span_epochs, groups[me].clone()),
+                epochs: run_epochs(&plan, &span_epochs, groups[me].clone()),
             };
             if let Err(e) = agree::local(|| self.start_my_reads(&mut round, mine)) {
                 self.progress(area, me, tag).fail();
@@ -443,7 +454,7 @@ impl Engine {
             runs,
             order,
             base,
-            by_epoch,
+            epochs,
         } = mine;
         let (lo, hi) = match (runs.first(), runs.last()) {
             (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
@@ -490,7 +501,7 @@ impl Engine {
                     tally: &tally,
                     snapshot: snapshot.as_deref(),
                 };
-                read_and_publish(&file, &runs, &order, dest, streams, publish, &by_epoch)
+                read_and_publish(&file, &runs, &order, dest, streams, publish, &epochs)
             };
             round.read = Some(if own || self.threaded_reads {
                 InFlight::Thread(Some(std::thread::spawn(read)))
@@ -511,11 +522,11 @@ impl Engine {
                     tally: &self.tally,
                     snapshot: self.snapshot.as_deref(),
                 };
-                read_and_publish(file, &runs, &order, dest, streams, publish, &by_epoch)
+                read_and_publish(file, &runs, &order, dest, streams, publish, &epochs)
             } else if !own {
                 // SAFETY: an empty range.
                 let nothing = unsafe { WindowRange::new(buf, 0) };
-                file.read_runs(&[], &[], nothing, streams, &|_| {})
+                file.read_runs(&[], &[], nothing, streams, &|_| {}, &[])
             } else {
                 Ok(RunsRead::default())
             };

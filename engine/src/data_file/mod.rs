@@ -86,8 +86,6 @@ pub(crate) struct RunsRead {
     pub direct_requests: u64,
     /// Of the direct ones, read into a staging buffer and copied.
     pub staged_requests: u64,
-    /// Bytes read from the node's stage instead (in no request above).
-    pub stage_bytes: u64,
 }
 
 pub(crate) enum DataFile {
@@ -218,7 +216,9 @@ impl DataFile {
     /// [`DirectIo`]); collectively (every reader calls this the same
     /// number of times) for a shared one. `progress` hears how many runs
     /// at the head of `order` are complete, as they complete (a collective
-    /// read completes all at once).
+    /// read completes all at once). Runs the node's stage holds are read
+    /// from there, each setting its flag in `staged` (see
+    /// [`crate::node_stage`]).
     pub(crate) fn read_runs(
         &self,
         runs: &[ReadRun],
@@ -226,9 +226,10 @@ impl DataFile {
         dest: WindowRange,
         streams: usize,
         progress: &RunsDone<'_>,
+        staged: &[std::sync::atomic::AtomicBool],
     ) -> Result<RunsRead> {
         match self {
-            DataFile::Own(f) => f.read_runs(runs, order, dest, streams, progress),
+            DataFile::Own(f) => f.read_runs_marking(runs, order, dest, streams, progress, staged),
             DataFile::Shared(f) => {
                 // SAFETY: dest is valid for its length and untouched by
                 // anyone else until this returns (WindowRange::new's

@@ -144,6 +144,7 @@ impl OwnFile {
 }
 
 impl OwnFile {
+    #[cfg(test)]
     pub(crate) fn read_runs(
         &self,
         runs: &[ReadRun],
@@ -152,10 +153,25 @@ impl OwnFile {
         streams: usize,
         progress: &RunsDone<'_>,
     ) -> Result<RunsRead> {
+        self.read_runs_marking(runs, order, dest, streams, progress, &[])
+    }
+
+    /// Reads `runs` (see `DataFile::read_runs`), each from the node's stage
+    /// where it holds all of it, setting that run's flag in `staged`.
+    pub(crate) fn read_runs_marking(
+        &self,
+        runs: &[ReadRun],
+        order: &[usize],
+        dest: WindowRange,
+        streams: usize,
+        progress: &RunsDone<'_>,
+        staged: &[std::sync::atomic::AtomicBool],
+    ) -> Result<RunsRead> {
         let requests = runs.len() as u64;
         let sources = Sources {
             file: &self.source,
             stage: self.stage.get().map(|s| &**s),
+            staged,
         };
         let streams = streams.clamp(1, order.len().max(1));
         let mut refused = 0;
@@ -191,7 +207,6 @@ impl OwnFile {
                         requests: issued,
                         direct_requests: issued,
                         staged_requests: if staged { issued } else { 0 },
-                        stage_bytes: done.stage_bytes,
                     });
                 }
                 Err(Error::Io { source, .. })
@@ -225,7 +240,6 @@ impl OwnFile {
         })?;
         Ok(RunsRead {
             requests: requests + refused - done.stage_runs,
-            stage_bytes: done.stage_bytes,
             ..RunsRead::default()
         })
     }

@@ -73,7 +73,11 @@ pub(crate) fn read_on_streams(
     landing: &Landing,
     progress: &RunsDone<'_>,
 ) -> Result<u64> {
-    let sources = Sources { file, stage: None };
+    let sources = Sources {
+        file,
+        stage: None,
+        staged: &[],
+    };
     read_on_streams_from(sources, runs, order, dest, streams, landing, progress).map(|s| s.issued)
 }
 
@@ -83,6 +87,9 @@ pub(crate) fn read_on_streams(
 pub(crate) struct Sources<'a> {
     pub(crate) file: &'a FileSource,
     pub(crate) stage: Option<&'a NodeStage>,
+    /// Set for each run (by index into the runs) read from the stage;
+    /// empty: not told.
+    pub(crate) staged: &'a [AtomicBool],
 }
 
 /// What [`read_on_streams_from`] did.
@@ -90,9 +97,8 @@ pub(crate) struct Sources<'a> {
 pub(crate) struct Streamed {
     /// Requests to the database file.
     pub(crate) issued: u64,
-    /// Runs read from the stage instead, and their bytes.
+    /// Runs read from the stage instead.
     pub(crate) stage_runs: u64,
-    pub(crate) stage_bytes: u64,
 }
 
 /// [`read_on_streams`], each run read from the stage where it holds it.
@@ -105,7 +111,11 @@ pub(crate) fn read_on_streams_from(
     landing: &Landing,
     progress: &RunsDone<'_>,
 ) -> Result<Streamed> {
-    let Sources { file, stage } = sources;
+    let Sources {
+        file,
+        stage,
+        staged: marks,
+    } = sources;
     let total: u64 = runs.iter().map(|r| r.len).sum();
     if total != dest.len as u64 {
         return Err(Error::Internal(
@@ -128,7 +138,6 @@ pub(crate) fn read_on_streams_from(
     let complete = Mutex::new(0usize);
     let issued = AtomicU64::new(0);
     let stage_runs = AtomicU64::new(0);
-    let stage_bytes = AtomicU64::new(0);
     let read_one = |i: usize, stage_buffer: Option<&mut StagingBuffer>| -> Result<()> {
         let run = &runs[order[i]];
         let at = run
@@ -139,7 +148,9 @@ pub(crate) fn read_on_streams_from(
         let staged = stage.is_some_and(|s| s.read_into(place, run.file_offset));
         if staged {
             stage_runs.fetch_add(1, Ordering::Relaxed);
-            stage_bytes.fetch_add(run.len, Ordering::Relaxed);
+            if let Some(mark) = marks.get(order[i]) {
+                mark.store(true, Ordering::Relaxed);
+            }
         }
         match stage_buffer {
             _ if staged => {}
@@ -216,6 +227,5 @@ pub(crate) fn read_on_streams_from(
     Ok(Streamed {
         issued: issued.into_inner(),
         stage_runs: stage_runs.into_inner(),
-        stage_bytes: stage_bytes.into_inner(),
     })
 }

@@ -241,9 +241,6 @@ impl NodeStage {
             s.warn(&format!("a read of its stage file failed ({e})"));
             return false;
         }
-        s.tally
-            .stage_bytes
-            .fetch_add(place.len() as u64, Ordering::Relaxed);
         true
     }
 
