@@ -281,8 +281,14 @@ fn a_full_stage_file_system_warns_and_reads_the_file() {
         eprintln!("skipped: cannot mount a small tmpfs here (not root)");
         return;
     }
+    struct Unmount<'p>(&'p Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&small);
     let ran = bench(&fx.path, 2, 1, &stage_args(small.to_str().unwrap(), &[]));
-    let _ = std::process::Command::new("umount").arg(&small).status();
     assert_epochs_exact(&ran, &oracle, 3, "full stage");
     assert!(ran.stderr().contains("No space left"), "{}", ran.stderr());
 }
