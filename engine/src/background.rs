@@ -157,6 +157,9 @@ pub(crate) fn read_and_publish(
     let mut guard = FailUnlessDone(progress, false);
     let all = runs.len();
     let stage = file.stage();
+    if let Some(stage) = stage {
+        stage.reclaim(dest);
+    }
     let serving = stage.and_then(|s| s.serving(runs));
     let staged: Vec<AtomicBool> = match stage {
         Some(_) => runs.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -193,9 +196,8 @@ pub(crate) fn read_and_publish(
     }
     progress.complete(all);
     guard.1 = true;
-    // The round's area is not read into again before this thread ends (the
-    // next read into it waits for the one after this, which waits for
-    // this), so its bytes can still be copied for the stage.
+    // The writer stages from the window until the area is read into again
+    // (which reclaims it first).
     if let Some(stage) = stage {
         stage.offer(runs, dest);
     }

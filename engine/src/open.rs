@@ -77,6 +77,10 @@ impl Drop for Engine {
         // A job's saved index is whole before its process may end.
         crate::saved_index::finish_writes();
         self.round = None;
+        // The stage's writer stops reading the window before it goes.
+        if let Some(stage) = self.file.as_deref().and_then(DataFile::stage) {
+            stage.reclaim_all();
+        }
         if self.parts.is_none() {
             return;
         }

@@ -34,6 +34,27 @@ impl WindowRange {
         WindowRange { ptr, len }
     }
 
+    /// Bytes `[at, at + n)` of the range, as a range of their own; `None`
+    /// past its end.
+    pub(crate) fn part(self, at: u64, n: u64) -> Option<WindowRange> {
+        let end = at.checked_add(n)?;
+        (end <= self.len as u64).then(|| WindowRange {
+            ptr: self.ptr.wrapping_add(at as usize),
+            len: n as usize,
+        })
+    }
+
+    /// The range's bytes, to read.
+    ///
+    /// # Safety
+    /// The range must be valid for reads and nobody may write it while the
+    /// slice lives (the node stage's writer reads completed runs while the
+    /// ranks read them too; see `NodeStage::reclaim`).
+    pub(crate) unsafe fn as_shared<'r>(self) -> &'r [u8] {
+        // SAFETY: the caller's contract above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
     /// Bytes `[at, at + n)` of the range. The slice must not outlive the
     /// range's guarantee (the read it serves).
     pub(crate) fn slice<'r>(self, at: usize, n: usize) -> Result<&'r mut [u8]> {

@@ -36,10 +36,10 @@ use lmdbio_core::source::{FileSource, ReadAt};
 pub(crate) use manifest::Identity;
 use manifest::Refused;
 
-/// Bytes of completed runs waiting for the writer, at most: past this a
-/// run is not queued (the filler stages it later), so a slow stage costs
-/// the serving reads a copy at most, never a wait.
-const MAX_QUEUED: u64 = 64 << 20;
+/// The writer stages completed runs from the window in pieces of at most
+/// this many bytes: a read that needs the area back waits for one piece at
+/// most (see `NodeStage::reclaim`).
+const WINDOW_PIECE: u64 = 1 << 20;
 
 /// The filler reads the database in pieces of at most this many bytes, so
 /// that a serving read that starts meanwhile waits for little.
@@ -59,9 +59,23 @@ enum Closing {
     Stop,
 }
 
+/// Bytes of the database at `at`, still in the window at `src`.
+struct Piece {
+    at: u64,
+    src: WindowRange,
+}
+
+impl Piece {
+    fn overlaps(&self, other: WindowRange) -> bool {
+        let (a, b) = (self.src.ptr as usize, other.ptr as usize);
+        a < b + other.len && b < a + self.src.len
+    }
+}
+
 struct Queue {
-    pieces: VecDeque<(u64, Vec<u8>)>,
-    bytes: u64,
+    pieces: VecDeque<Piece>,
+    /// The piece the writer is staging (not in `pieces`).
+    busy: Option<WindowRange>,
     closing: Closing,
 }
 
@@ -74,6 +88,8 @@ struct Shared {
     extents: Mutex<Extents>,
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Signalled when the writer is done with a piece.
+    released: Condvar,
     /// Cleared when a write fails: nothing more is staged in this job.
     writing: AtomicBool,
     warned: AtomicBool,
@@ -197,10 +213,11 @@ impl NodeStage {
             extents: Mutex::new(extents),
             queue: Mutex::new(Queue {
                 pieces: VecDeque::new(),
-                bytes: 0,
+                busy: None,
                 closing: Closing::Open,
             }),
             wake: Condvar::new(),
+            released: Condvar::new(),
             writing: AtomicBool::new(true),
             warned,
             serving: AtomicUsize::new(0),
@@ -245,8 +262,10 @@ impl NodeStage {
     }
 
     /// Queues the parts of `runs` (read into `dest`, packed in file order)
-    /// this node holds and has not staged, for the writer. Never waits: a
-    /// part that would make the queue too long is left to the filler.
+    /// this node holds and has not staged, for the writer to stage from the
+    /// window as it can: nothing is copied here, and what it has not
+    /// staged when the area is read into again is dropped
+    /// ([`NodeStage::reclaim`]), left to the filler.
     pub(crate) fn offer(&self, runs: &[ReadRun], dest: WindowRange) {
         let s = &self.shared;
         if !s.writing.load(Ordering::Relaxed) {
@@ -269,17 +288,41 @@ impl NodeStage {
         }
         let mut queue = lock(&s.queue);
         for (at, len, in_dest) in wanted {
-            if queue.bytes + len > MAX_QUEUED {
-                break;
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(WINDOW_PIECE);
+                let Some(src) = dest.part(in_dest + done, n) else {
+                    break;
+                };
+                queue.pieces.push_back(Piece { at: at + done, src });
+                done += n;
             }
-            let Ok(bytes) = dest.slice(in_dest as usize, len as usize) else {
-                break;
-            };
-            queue.pieces.push_back((at, bytes.to_vec()));
-            queue.bytes += len;
         }
         drop(queue);
         s.wake.notify_one();
+    }
+
+    /// Takes `dest` back from the writer before it is read into: queued
+    /// pieces in it are dropped, and a piece being staged is waited for.
+    pub(crate) fn reclaim(&self, dest: WindowRange) {
+        self.reclaim_where(|r| Piece { at: 0, src: r }.overlaps(dest));
+    }
+
+    /// Takes the whole window back (the engine gives it up).
+    pub(crate) fn reclaim_all(&self) {
+        self.reclaim_where(|_| true);
+    }
+
+    fn reclaim_where(&self, taken: impl Fn(WindowRange) -> bool) {
+        let s = &self.shared;
+        let mut queue = lock(&s.queue);
+        queue.pieces.retain(|p| !taken(p.src));
+        while queue.busy.is_some_and(&taken) {
+            queue = s
+                .released
+                .wait(queue)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// Held while the reader reads a round: the filler reads the database
@@ -445,17 +488,29 @@ impl Shared {
         loop {
             let (next, closing) = {
                 let mut q = lock(&self.queue);
-                let next = q.pieces.pop_front();
-                if let Some((_, b)) = &next {
-                    q.bytes -= b.len() as u64;
+                let stop = q.closing == Closing::Stop || !self.writing.load(Ordering::Relaxed);
+                let next = if stop { None } else { q.pieces.pop_front() };
+                q.busy = next.as_ref().map(|p| p.src);
+                if stop {
+                    q.pieces.clear();
+                    drop(q);
+                    self.released.notify_all();
+                    break;
                 }
                 (next, q.closing)
             };
-            if closing == Closing::Stop || !self.writing.load(Ordering::Relaxed) {
-                break;
-            }
             let staged = match next {
-                Some((at, bytes)) => self.stage(at, &bytes),
+                Some(piece) => {
+                    // SAFETY: the piece is in the window, which the reader
+                    // does not read into before reclaiming it (and waiting
+                    // for `busy` to move on), nor gives up before
+                    // `reclaim_all`; the ranks only read it meanwhile.
+                    let bytes = unsafe { piece.src.as_shared() };
+                    let n = self.stage(piece.at, bytes);
+                    lock(&self.queue).busy = None;
+                    self.released.notify_all();
+                    n
+                }
                 None if filling && self.serving.load(Ordering::SeqCst) > 0 => {
                     let q = lock(&self.queue);
                     if q.pieces.is_empty() && q.closing == Closing::Open {
