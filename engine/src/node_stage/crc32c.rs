@@ -1,6 +1,8 @@
-//! CRC-32C (Castagnoli), the checksum of each staged extent: table-driven,
-//! eight bytes per step, so that checking a staged extent costs far less
-//! than reading it again from the shared file system.
+//! CRC-32C (Castagnoli), the checksum of each staged extent: the CPU's
+//! `crc32` instruction where it has one (SSE4.2), else table-driven, eight
+//! bytes per step. The writer checksums every byte it stages while the
+//! first epoch is served, on the same cores: the instruction takes a
+//! fraction of the table's time.
 
 const POLY: u32 = 0x82f6_3b78;
 
@@ -34,6 +36,34 @@ static TABLES: [[u32; 256]; 8] = tables();
 
 /// The CRC-32C of `bytes`.
 pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2 (checked just above).
+        return unsafe { with_instruction(bytes) };
+    }
+    with_tables(bytes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn with_instruction(bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    let mut crc = u64::from(!0u32);
+    let mut words = bytes.chunks_exact(8);
+    for w in words.by_ref() {
+        crc = _mm_crc32_u64(
+            crc,
+            u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]),
+        );
+    }
+    let mut crc = crc as u32;
+    for &b in words.remainder() {
+        crc = _mm_crc32_u8(crc, b);
+    }
+    !crc
+}
+
+fn with_tables(bytes: &[u8]) -> u32 {
     let t = &TABLES;
     let mut crc = !0u32;
     let mut words = bytes.chunks_exact(8);
@@ -68,6 +98,18 @@ mod tests {
         let ascending: Vec<u8> = (0..32).collect();
         assert_eq!(crc32c(&ascending), 0x46dd_794e);
         assert_eq!(crc32c(b""), 0);
+    }
+
+    #[test]
+    fn the_instruction_and_the_tables_agree() {
+        let data: Vec<u8> = (0..100_003u32).map(|i| (i * 31 + i / 7) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 63, 4096, 100_003] {
+            assert_eq!(
+                crc32c(&data[..len]),
+                super::with_tables(&data[..len]),
+                "{len}"
+            );
+        }
     }
 
     #[test]

@@ -39,7 +39,7 @@ use manifest::Refused;
 /// The writer stages completed runs from the window in pieces of at most
 /// this many bytes: a read that needs the area back waits for one piece at
 /// most (see `NodeStage::reclaim`).
-const WINDOW_PIECE: u64 = 1 << 20;
+const WINDOW_PIECE: u64 = 256 << 10;
 
 /// The filler reads the database in pieces of at most this many bytes, so
 /// that a serving read that starts meanwhile waits for little.
