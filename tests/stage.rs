@@ -360,3 +360,22 @@ fn a_job_resumed_with_a_warm_or_a_cold_stage_continues_exactly() {
         }
     }
 }
+
+#[test]
+fn globally_shuffled_epochs_from_a_stage_are_exact() {
+    let fx = database(309);
+    let oracle = oracle_lines(&fx);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let global = ["--shuffle", "9", "--shuffle-mode", "global"];
+    let mut first = stage_args(dir, &["--keep-stage"]);
+    first.extend_from_slice(&global);
+    let cold = bench(&fx.path, 4, 2, &first);
+    assert_epochs_exact(&cold, &oracle, 3, "global, first job");
+    let mut again = stage_args(dir, &[]);
+    again.extend_from_slice(&global);
+    let warm = bench(&fx.path, 4, 2, &again);
+    assert_epochs_exact(&warm, &oracle, 3, "global, kept stage");
+    assert!(warm.f("stage_bytes_read_per_node") > 0.0);
+    assert_eq!(warm.f("stage_warnings"), 0.0, "{}", warm.stderr());
+}
