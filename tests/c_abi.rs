@@ -72,6 +72,45 @@ fn c_program_reads_two_epochs_and_checks_every_record() {
     }
 }
 
+/// The same program through a node stage set with
+/// `lmdbio_options_set_stage`: every record of both epochs as liblmdb has
+/// it, and the stage removed when the engine is closed.
+#[test]
+fn c_program_reads_two_epochs_through_a_node_stage() {
+    let work = kit::TempDir::new().unwrap();
+    let exe = compile_c("read_two_epochs", work.path());
+    let fx = kit::caffe_style(300, 30_000, 79);
+    let manifest = write_manifest(&fx, work.path());
+    let stage = work.path().join("stage");
+    for n in [1, 2] {
+        let mut cmd = kit::mpiexec(n, &exe);
+        cmd.env("LMDBIO_TEST_STAGE", &stage)
+            .arg(&fx.path)
+            .arg(&manifest);
+        let out = kit::run_bounded(cmd);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("OK "),
+            "{n} ranks:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!stage.join("node-0").exists(), "the stage was left behind");
+    }
+    // The option reaches the engine: a stage that cannot be made is said.
+    let file = work.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let mut cmd = kit::mpiexec(1, &exe);
+    cmd.env("LMDBIO_TEST_STAGE", file.join("stage"))
+        .arg(&fx.path)
+        .arg(&manifest);
+    let out = kit::run_bounded(cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("cannot make the directory"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
     let work = kit::TempDir::new().unwrap();

@@ -60,6 +60,9 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
   CHECK(lmdbio_options_set_direct_io(opts, LMDBIO_DIRECT_IO_ALWAYS));
+  /* With LMDBIO_TEST_STAGE=DIR the epochs go through a node stage there. */
+  const char *stage = getenv("LMDBIO_TEST_STAGE");
+  if (stage != NULL) CHECK(lmdbio_options_set_stage(opts, stage, UINT64_MAX, 0));
   /* The node set-up made ahead; the opens below (and the resumed one) take
    * it instead of making their own. */
   CHECK(lmdbio_prepare(MPI_COMM_WORLD, opts));
@@ -141,7 +144,10 @@ int main(int argc, char **argv) {
   }
   lmdbio_counters node;
   CHECK(lmdbio_node_counters(engine, &node));
-  if (direct ? node.direct_read_requests == 0 : node.direct_read_requests != 0) {
+  /* A stage may hold every run before the first is read (its filler
+   * copies the file while the job opens): then nothing is read directly. */
+  const int any_direct = direct && stage == NULL;
+  if (any_direct ? node.direct_read_requests == 0 : direct ? 0 : node.direct_read_requests != 0) {
     fprintf(stderr, "rank %d: %" PRIu64 " direct reads with direct I/O %s\n", rank,
             node.direct_read_requests, direct ? "always" : "never");
     MPI_Abort(MPI_COMM_WORLD, 10);
