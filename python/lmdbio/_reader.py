@@ -54,6 +54,11 @@ class Reader:
       window_bytes, prefetch, collective, read_streams, direct_io
         (``"auto"``, ``"never"``, ``"always"``), overlap, hints: the
         engine's read options (see docs/python.md).
+      interruptible: ``True`` (default): the engine runs on a thread of its
+        own and Ctrl-C interrupts a wait for another rank at once;
+        ``False``: it runs on the calling thread (the GIL released), which
+        spares a hand-over between threads per batch, and Ctrl-C takes
+        effect when the step completes.
 
     Under ``torchrun`` without ``mpiexec`` (``RANK``/``WORLD_SIZE`` set, an
     MPI world of one) each process reads its own share of a ``WORLD_SIZE``
@@ -64,7 +69,8 @@ class Reader:
                  seed=0, shuffle_chunk=None, partition="contiguous", tail="short",
                  ranks_per_node=None, readers_per_node=None, subdb=None, state=None,
                  repartition=False, window_bytes=None, prefetch=None, collective=None,
-                 read_streams=None, direct_io=None, overlap=None, hints=None):
+                 read_streams=None, direct_io=None, overlap=None, hints=None,
+                 interruptible=True):
         self._torchrun = _mpi.torchrun_world() if comm is None else None
         if self._torchrun is None:
             _mpi.ensure_mpi()
@@ -80,6 +86,7 @@ class Reader:
         self._path = os.fspath(path)
         self._batch_size = int(batch_size)
         self._handle = handle
+        self._interruptible = bool(interruptible)
         self._engine = None
         self._open(state, repartition)
 
@@ -96,7 +103,8 @@ class Reader:
             return
         self._engine = _lmdbio._Engine(
             self._path, self._batch_size, self._handle, job_cursor=job_cursor,
-            repartition=bool(repartition), **self._options)
+            repartition=bool(repartition), interruptible=self._interruptible,
+            **self._options)
         _mpi.register(self)
 
     # Iteration -----------------------------------------------------------
@@ -184,7 +192,11 @@ class Reader:
         return self._live().steps_for_epochs(int(epochs))
 
     def counters(self, node=False):
-        """This rank's I/O counters (dict); ``node=True``: the node's sums (collective)."""
+        """This rank's I/O counters (dict); ``node=True``: the node's sums (collective).
+
+        ``binding_seconds`` (this rank's only): time spent in
+        :meth:`next_batch` beyond the engine's own, i.e. what the Python
+        binding costs."""
         return self._live().counters(node)
 
     # Life ----------------------------------------------------------------

@@ -9,6 +9,7 @@ mod batch;
 mod datum;
 mod decode;
 mod errors;
+mod inline;
 mod local;
 mod mpi;
 mod options;

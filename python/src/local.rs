@@ -181,6 +181,8 @@ impl LocalEngine {
                 records,
                 step,
                 epoch,
+                // Read on the caller's thread: no hand-over to count.
+                engine_seconds: 0.0,
             },
             store,
         ))

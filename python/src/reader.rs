@@ -1,9 +1,10 @@
 //! `_lmdbio._Engine`: the engine behind `lmdbio.Reader`, on its thread (see
-//! `worker`), handing out batches.
+//! `worker`) or the caller's (`inline`), handing out batches.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use lmdbio::engine::Counters;
 use pyo3::prelude::*;
@@ -11,16 +12,67 @@ use pyo3::types::PyBytes;
 
 use crate::batch::{Batch, Generation};
 use crate::errors::to_py;
+use crate::inline::Inline;
 use crate::mpi::{self, CommHandle};
 use crate::options::PyOptions;
-use crate::worker::{OpenInfo, Worker};
+use crate::worker::{BatchData, OpenInfo, Worker};
+
+/// Who drives the engine: a thread of its own (`Thread`, the default:
+/// Ctrl-C interrupts a wait for another rank) or the caller's thread
+/// (`Inline`: no hand-over per batch). See docs/design/python-reader.md.
+enum Driver {
+    Inline(Inline),
+    Thread(Worker),
+}
+
+impl Driver {
+    fn next(&mut self, py: Python<'_>) -> PyResult<BatchData> {
+        match self {
+            Driver::Inline(d) => d.next(py),
+            Driver::Thread(d) => d.next(py),
+        }
+    }
+    fn cursor(&mut self, py: Python<'_>, job: bool) -> PyResult<Vec<u8>> {
+        match self {
+            Driver::Inline(d) => d.cursor(py, job),
+            Driver::Thread(d) => d.cursor(py, job),
+        }
+    }
+    fn counters(&mut self, py: Python<'_>, node: bool) -> PyResult<Counters> {
+        match self {
+            Driver::Inline(d) => d.counters(py, node),
+            Driver::Thread(d) => d.counters(py, node),
+        }
+    }
+    fn steps_for_epochs(&mut self, py: Python<'_>, epochs: u64) -> PyResult<u64> {
+        match self {
+            Driver::Inline(d) => d.steps_for_epochs(py, epochs),
+            Driver::Thread(d) => d.steps_for_epochs(py, epochs),
+        }
+    }
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self {
+            Driver::Inline(d) => d.close(py),
+            Driver::Thread(d) => d.close(py),
+        }
+    }
+    fn is_open(&self) -> bool {
+        match self {
+            Driver::Inline(d) => d.is_open(),
+            Driver::Thread(d) => d.is_open(),
+        }
+    }
+}
 
 #[pyclass(module = "lmdbio._lmdbio")]
 pub struct Engine {
-    worker: Worker,
+    worker: Driver,
     info: OpenInfo,
     generation: Generation,
     step: u64,
+    /// Time `next` took beyond the engine's own: the binding's cost (the
+    /// `binding_seconds` counter).
+    binding_seconds: f64,
 }
 
 #[pymethods]
@@ -33,7 +85,7 @@ impl Engine {
         shuffle_chunk=None, partition="contiguous".to_string(), tail="short".to_string(),
         ranks_per_node=None, readers_per_node=None, subdb=None, window_bytes=None,
         prefetch=None, collective=None, read_streams=None, direct_io=None, overlap=None,
-        hints=None, job_cursor=None, repartition=false))]
+        hints=None, job_cursor=None, repartition=false, interruptible=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -57,6 +109,7 @@ impl Engine {
         hints: Option<HashMap<String, String>>,
         job_cursor: Option<Vec<u8>>,
         repartition: bool,
+        interruptible: bool,
     ) -> PyResult<Engine> {
         let options = PyOptions {
             batch_size,
@@ -81,12 +134,19 @@ impl Engine {
         // Bad options fail on every rank alike, before any collective call.
         let options = options.engine_options().map_err(to_py)?;
         let comm: CommHandle = mpi::comm_from(comm);
-        let (worker, info) = Worker::open(py, comm, path, options)?;
+        let (worker, info) = if interruptible {
+            let (w, info) = Worker::open(py, comm, path, options)?;
+            (Driver::Thread(w), info)
+        } else {
+            let (w, info) = Inline::open(py, comm, path, options)?;
+            (Driver::Inline(w), info)
+        };
         Ok(Engine {
             worker,
             step: info.step,
             info,
             generation: Generation::default(),
+            binding_seconds: 0.0,
         })
     }
 
@@ -97,10 +157,14 @@ impl Engine {
         if self.info.step_limit.is_some_and(|l| self.step >= l) {
             return Ok(None);
         }
+        let started = Instant::now();
         self.generation.fetch_add(1, Ordering::AcqRel);
         let data = self.worker.next(py)?;
         self.step = data.step + 1;
-        Ok(Some(Batch::new(data, &self.generation)))
+        let engine_seconds = data.engine_seconds;
+        let batch = Batch::new(data, &self.generation);
+        self.binding_seconds += (started.elapsed().as_secs_f64() - engine_seconds).max(0.0);
+        Ok(Some(batch))
     }
 
     /// This rank's cursor (local).
@@ -118,7 +182,11 @@ impl Engine {
     /// This rank's counters, or (collective) the node's sums.
     #[pyo3(signature = (node=false))]
     fn counters(&mut self, py: Python<'_>, node: bool) -> PyResult<HashMap<&'static str, f64>> {
-        Ok(counters_dict(self.worker.counters(py, node)?))
+        let mut c = counters_dict(self.worker.counters(py, node)?);
+        if !node {
+            c.insert("binding_seconds", self.binding_seconds);
+        }
+        Ok(c)
     }
 
     /// The first step after the job's first `epochs` epochs.

@@ -12,7 +12,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use lmdbio::engine::{Counters, Engine, EngineOptions};
@@ -41,6 +41,8 @@ pub struct BatchData {
     pub records: Vec<RecordRef>,
     pub step: u64,
     pub epoch: u64,
+    /// Time the engine took to deliver it (`next_batch` and this list).
+    pub engine_seconds: f64,
 }
 
 /// What the engine reported once open.
@@ -55,7 +57,21 @@ pub struct OpenInfo {
     pub step_limit: Option<u64>,
 }
 
-enum Request {
+impl OpenInfo {
+    pub fn of(engine: &Engine) -> OpenInfo {
+        OpenInfo {
+            rank: engine.rank(),
+            ranks: engine.ranks(),
+            node_rank: engine.node_rank(),
+            node_size: engine.node_size(),
+            records: engine.records(),
+            step: engine.step(),
+            step_limit: engine.step_limit(),
+        }
+    }
+}
+
+pub(crate) enum Request {
     Next,
     Cursor,
     JobCursor,
@@ -259,7 +275,7 @@ fn internal(what: &str) -> PyErr {
 }
 
 /// Runs `f`, turning a panic into an error: none crosses into Python.
-fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         Err(Error::Internal(
             "a panic was caught in the engine thread".into(),
@@ -282,15 +298,7 @@ fn serve(
             return;
         }
     };
-    let info = OpenInfo {
-        rank: engine.rank(),
-        ranks: engine.ranks(),
-        node_rank: engine.node_rank(),
-        node_size: engine.node_size(),
-        records: engine.records(),
-        step: engine.step(),
-        step_limit: engine.step_limit(),
-    };
+    let info = OpenInfo::of(&engine);
     if outbox.send(Ok(Reply::Opened(info))).is_err() {
         return;
     }
@@ -308,9 +316,10 @@ fn serve(
     let _ = outbox.send(closed.map(|()| Reply::Closed));
 }
 
-fn answer(engine: &mut Engine, request: Request) -> Result<Reply> {
+pub(crate) fn answer(engine: &mut Engine, request: Request) -> Result<Reply> {
     Ok(match request {
         Request::Next => {
+            let started = Instant::now();
             let batch = engine.next_batch()?;
             let records = batch
                 .records()
@@ -330,6 +339,7 @@ fn answer(engine: &mut Engine, request: Request) -> Result<Reply> {
                 records,
                 step: batch.step,
                 epoch: batch.epoch(),
+                engine_seconds: started.elapsed().as_secs_f64(),
             })
         }
         Request::Cursor => Reply::Bytes(engine.cursor()?.encode()),

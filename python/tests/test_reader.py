@@ -195,7 +195,8 @@ def _damaged_copy(workdir, layouts, name, damage):
     return path
 
 
-def test_damaged_files_raise_on_every_rank(workdir, layouts):
+@pytest.mark.parametrize("interruptible", [True, False])
+def test_damaged_files_raise_on_every_rank(workdir, layouts, interruptible):
     def truncate(f):
         size = os.path.getsize(f)
         with open(f, "r+b") as fh:
@@ -214,7 +215,7 @@ def test_damaged_files_raise_on_every_rank(workdir, layouts):
     for name, damage in [("truncated", truncate), ("scribbled", scribble), ("zeroed", not_lmdb)]:
         path = _damaged_copy(workdir, layouts, name, damage)
         with pytest.raises(lmdbio.Error) as e:
-            with lmdbio.Reader(path, 16, epochs=1) as r:
+            with lmdbio.Reader(path, 16, epochs=1, interruptible=interruptible) as r:
                 for _ in r:
                     pass
         assert e.value.kind in ("truncated", "corrupt", "not_lmdb"), str(e.value)
@@ -281,6 +282,54 @@ def test_ctrl_c_interrupts_a_wait_promptly(layouts):
     assert interrupted_after is None or interrupted_after < 1.5
     # Nothing lost or repeated: the batch rank 0 was waiting for when the
     # interrupt came was delivered by its next step.
+    everyone = sorted(k for part in on_every_rank(seen) for k in part)
+    assert all_ranks_agree(everyone == sorted(layouts["small"][2]))
+
+
+@pytest.mark.parametrize("partition", PARTITIONS)
+def test_on_the_callers_thread_every_record_once_and_resume(layouts, partition):
+    """interruptible=False drives the engine on the calling thread: the
+    same records in the same order, the same state, across epochs."""
+    path, _, records = layouts["mixed_random_order"]
+    opts = dict(epochs=2, partition=partition, shuffle=True, seed=5)
+    with lmdbio.Reader(path, 9, **opts) as r:
+        whole = read_epochs(r)
+    with lmdbio.Reader(path, 9, interruptible=False, **opts) as r:
+        head = read_epochs(r, steps=4)
+        state = r.state_dict()
+        rest = read_epochs(r)
+        spent = r.counters()["binding_seconds"]
+    with lmdbio.Reader(path, 9, state=state, interruptible=False, **opts) as r:
+        resumed = read_epochs(r)
+    assert all_ranks_agree(head + rest == whole and resumed == rest)
+    assert all_ranks_agree(0 <= spent < 5)
+    everyone = [x for part in on_every_rank(whole) for x in part]
+    for epoch in (0, 1):
+        got = sorted((k, h) for e, k, h in everyone if e == epoch)
+        assert all_ranks_agree(got == expected(records))
+
+
+@pytest.mark.skipif(COMM.size < 2, reason="needs a rank to wait for")
+def test_ctrl_c_on_the_callers_thread_acts_after_the_step(layouts):
+    """interruptible=False: SIGINT during a wait for a late rank raises
+    KeyboardInterrupt once the step completes, and that step's batch comes
+    next: nothing lost or repeated."""
+    path = layouts["small"][0]
+    with lmdbio.Reader(path, 16, epochs=1, interruptible=False) as r:
+        seen = [bytes(k) for k, _ in next(r)]
+        interrupted_after = None
+        if COMM.rank == 0:
+            timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+            started = time.monotonic()
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                for _ in range(10_000):
+                    seen += [bytes(k) for k, _ in next(r)]
+            interrupted_after = time.monotonic() - started
+        else:
+            time.sleep(1)
+        seen += [k for _, k, _ in read_epochs(r)]
+    assert interrupted_after is None or 0.5 < interrupted_after < 30
     everyone = sorted(k for part in on_every_rank(seen) for k in part)
     assert all_ranks_agree(everyone == sorted(layouts["small"][2]))
 
