@@ -6,6 +6,8 @@ the page cache before each method. Prints one JSON line per method (rank 0).
 
 Methods:
   reader  lmdbio.Reader, touching every value (len) in Python
+  reader-inline  the same with interruptible=False (the engine on the
+          caller's thread)
   torch   lmdbio.torch.CaffeDataset: batches decoded to uint8 N×C×H×W tensors
   pylmdb  a py-lmdb Dataset (txn.get per sample, Datum parsed with numpy)
           through DataLoader(batch_size=B, num_workers=W): how PyTorch users
@@ -18,20 +20,18 @@ import json
 import os
 import time
 
-import lmdb
 import numpy as np
-import torch
 from mpi4py import MPI
-from torch.utils.data import DataLoader, Dataset
 
 import lmdbio
-import lmdbio.torch
 
 COMM = MPI.COMM_WORLD
 
 
-def evict(db):
-    """Drops the data file from the page cache (rank 0, then everyone waits)."""
+def evict(db, everything=False):
+    """Drops the data file from the page cache (rank 0, then everyone
+    waits); with `everything`, the whole machine's page cache (a GlusterFS
+    brick's cache is out of the per-file drop's reach)."""
     COMM.barrier()
     if COMM.rank == 0:
         path = os.path.join(db, "data.mdb") if os.path.isdir(db) else db
@@ -41,6 +41,10 @@ def evict(db):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+        if everything:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
     COMM.barrier()
 
 
@@ -71,7 +75,10 @@ def _varint(buf, at):
             return value, at
 
 
-class PyLmdbDataset(Dataset):
+class PyLmdbDataset:
+    """A map-style torch Dataset (duck-typed: torch is imported only by the
+    methods that need it)."""
+
     def __init__(self, path, keys):
         self.path, self.keys, self.env = path, keys, None
 
@@ -79,6 +86,9 @@ class PyLmdbDataset(Dataset):
         return len(self.keys)
 
     def __getitem__(self, i):
+        import lmdb
+        import torch
+
         if self.env is None:
             self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False,
                                  max_readers=512)
@@ -88,6 +98,8 @@ class PyLmdbDataset(Dataset):
 
 
 def my_keys(db):
+    import lmdb
+
     env = lmdb.open(db, readonly=True, lock=False)
     with env.begin() as txn:
         keys = list(txn.cursor().iternext(values=False))
@@ -97,17 +109,21 @@ def my_keys(db):
     return keys[start: start + n // p + (r < n % p)]
 
 
-def run_reader(args):
+def run_reader(args, interruptible=True):
     records = nbytes = 0
-    with lmdbio.Reader(args.db, args.batch, epochs=1) as r:
+    with lmdbio.Reader(args.db, args.batch, epochs=1, interruptible=interruptible) as r:
         for batch in r:
             for _, v in batch:
                 nbytes += len(v)
             records += len(batch)
-    return records, nbytes
+        binding = r.counters()["binding_seconds"]
+    return records, nbytes, binding
 
 
 def run_torch(args):
+    import lmdbio.torch
+    from torch.utils.data import DataLoader
+
     records = nbytes = 0
     ds = lmdbio.torch.CaffeDataset(args.db, args.batch, epochs=1,
                                    decode_threads=args.decode_threads)
@@ -119,6 +135,8 @@ def run_torch(args):
 
 
 def run_pylmdb(args, keys):
+    from torch.utils.data import DataLoader
+
     records = nbytes = 0
     loader = DataLoader(PyLmdbDataset(args.db, keys), batch_size=args.batch, shuffle=False,
                         num_workers=args.workers)
@@ -161,17 +179,25 @@ def main():
     p.add_argument("--decode-threads", type=int, default=2)
     p.add_argument("--methods", default="reader,torch,pylmdb")
     p.add_argument("--label", default="")
+    p.add_argument("--drop-all-caches", action="store_true")
     args = p.parse_args()
-    torch.set_num_threads(1)
-    keys = my_keys(args.db)
-    # As a job does once at start-up (and `lmdbio bench` before timing, see
-    # lmdbio_prepare): make the node's communicators and shared window.
-    lmdbio.Reader(args.db, args.batch, epochs=0).close()
-    for method in args.methods.split(","):
-        evict(args.db)
+    methods = args.methods.split(",")
+    if {"torch", "pylmdb"} & set(methods):
+        import torch
+
+        torch.set_num_threads(1)
+    keys = my_keys(args.db) if "pylmdb" in methods else None
+    # As a job does once at start-up (and `lmdbio bench` before timing):
+    # make the node's communicators and shared window, mapped ahead.
+    lmdbio.prepare(batch_size=args.batch)
+    for method in methods:
+        evict(args.db, args.drop_all_caches)
         start = time.perf_counter()
+        binding = None
         if method == "reader":
-            records, nbytes = run_reader(args)
+            records, nbytes, binding = run_reader(args)
+        elif method == "reader-inline":
+            records, nbytes, binding = run_reader(args, interruptible=False)
         elif method == "torch":
             records, nbytes = run_torch(args)
         elif method == "pylmdb":
@@ -183,11 +209,14 @@ def main():
         elapsed = COMM.allreduce(time.perf_counter() - start, op=MPI.MAX)
         records = COMM.allreduce(records)
         nbytes = COMM.allreduce(nbytes)
+        if binding is not None:
+            # The binding's own time on its slowest rank.
+            binding = COMM.allreduce(binding, op=MPI.MAX)
         if COMM.rank == 0:
             print(json.dumps(dict(method=method, ranks=COMM.size, records=records,
                                   bytes=nbytes, seconds=round(elapsed, 3),
                                   records_per_s=round(records / elapsed, 1),
-                                  label=args.label)), flush=True)
+                                  binding_seconds=binding, label=args.label)), flush=True)
 
 
 if __name__ == "__main__":

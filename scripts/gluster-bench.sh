@@ -8,8 +8,10 @@
 #   scripts/gluster-bench.sh DB OUTDIR
 #
 # DB is copied onto the volume first. The sweep's settings come from the
-# environment as for scripts/bench-sweep.sh. Run as root (mount, daemons,
-# drop_caches). Installs glusterfs-server and glusterfs-client if missing.
+# environment as for scripts/bench-sweep.sh; SWEEP names another script
+# taking DB OUTDIR instead (SWEEP=benches/python-input.sh DROP_ALL_CACHES=1
+# for the Python input loops). Run as root (mount, daemons, drop_caches).
+# Installs glusterfs-server and glusterfs-client if missing.
 # shellcheck source=scripts/bench-common.sh
 . "$(dirname "$0")/bench-common.sh"
 bench_usage 2 "DB OUTDIR" "$@"
@@ -86,6 +88,6 @@ sync
 # once (bash runs traps only between foreground commands) and the trap can
 # stop the sweep before tearing the volume down under it.
 TITLE="${TITLE:-lmdbio bench on loopback GlusterFS: $(basename "$db")}" \
-  bash scripts/bench-sweep.sh "$copy" "$out" &
+  bash "${SWEEP:-scripts/bench-sweep.sh}" "$copy" "$out" &
 sweep=$!
 wait "$sweep"

@@ -6,6 +6,7 @@ each epoch, shuffled or in key order, resumable from a small portable
 state, also on another rank count. See docs/python.md.
 
 * :class:`Reader`: batches of ``(key, value)`` buffers.
+* :func:`prepare`: the node's shared window made and mapped ahead.
 * :mod:`lmdbio.caffe`: Caffe ``Datum`` decoding (``decode_datum``).
 * :mod:`lmdbio.torch`: PyTorch datasets over a reader.
 * :class:`Error` and its subclasses (``.kind``, ``.code``, ``.rank``).
@@ -27,10 +28,10 @@ from ._lmdbio import (
     Truncated,
     Unsupported,
 )
-from ._reader import Reader
+from ._reader import Reader, prepare
 
 __all__ = [
-    "Reader", "Batch", "Buffer", "Error", "NotFound", "ReadError", "Truncated",
+    "Reader", "prepare", "Batch", "Buffer", "Error", "NotFound", "ReadError", "Truncated",
     "NotLmdb", "Corrupt", "Unsupported", "NoSuchDatabase", "InvalidArgument",
     "ResourceLimit", "MpiError", "InternalError",
 ]

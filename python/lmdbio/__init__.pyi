@@ -42,6 +42,16 @@ class Batch:
 
 StateDict = dict[str, Any]
 
+def prepare(
+    comm: MPI.Comm | None = None,
+    *,
+    batch_size: int = 64,
+    ranks_per_node: int | None = None,
+    readers_per_node: int | None = None,
+    window_bytes: int | None = None,
+    direct_io: str | None = None,
+) -> None: ...
+
 class Reader:
     def __init__(
         self,

@@ -7,6 +7,29 @@ from . import _lmdbio, _mpi
 STATE_FORMAT = "lmdbio.job_cursor"
 STATE_VERSION = 1
 
+# What prepare() was called for in this process (see Reader._open).
+_prepared = set()
+
+
+def prepare(comm=None, *, batch_size=64, ranks_per_node=None, readers_per_node=None,
+            window_bytes=None, direct_io=None):
+    """Makes the node's communicators and shared window and maps the
+    window's memory ahead, as a job does once at start-up (the C ABI's
+    ``lmdbio_prepare``): the first reader then neither makes nor faults
+    anything, and direct reads land in the window's 2 MiB pages. A
+    :class:`Reader` calls it on its first open in the process with its own
+    options; call it yourself to keep that time out of the first epoch.
+    Collective over ``comm`` (default MPI_COMM_WORLD)."""
+    if comm is None and _mpi.torchrun_world() is not None:
+        return  # no node window without MPI
+    _mpi.ensure_mpi()
+    handle = None if comm is None else _mpi.handle_of(comm)
+    key = (handle, ranks_per_node, readers_per_node, window_bytes, direct_io)
+    _lmdbio.prepare(handle, batch_size=int(batch_size), ranks_per_node=ranks_per_node,
+                    readers_per_node=readers_per_node, window_bytes=window_bytes,
+                    direct_io=direct_io)
+    _prepared.add(key)
+
 
 class Reader:
     """Reads an LMDB database in batches, on every rank of an MPI job.
@@ -101,6 +124,15 @@ class Reader:
                 shuffle_seed=o["shuffle_seed"], shuffle_chunk=o["shuffle_chunk"],
                 partition=o["partition"], tail=o["tail"], subdb=o["subdb"])
             return
+        o = self._options
+        key = (self._handle, o["ranks_per_node"], o["readers_per_node"], o["window_bytes"],
+               o["direct_io"])
+        if key not in _prepared:
+            # Collective: every rank opens its first reader with these options.
+            _lmdbio.prepare(self._handle, batch_size=self._batch_size,
+                            ranks_per_node=key[1], readers_per_node=key[2],
+                            window_bytes=key[3], direct_io=key[4])
+            _prepared.add(key)
         self._engine = _lmdbio._Engine(
             self._path, self._batch_size, self._handle, job_cursor=job_cursor,
             repartition=bool(repartition), interruptible=self._interruptible,

@@ -56,6 +56,41 @@ fn comm_rank_size(comm: Option<i128>) -> PyResult<(usize, usize)> {
     ))
 }
 
+/// Makes the node's communicators and shared window for readers with these
+/// options and maps the window's memory ahead (the C ABI's
+/// `lmdbio_prepare`). Collective over the communicator.
+#[pyfunction]
+#[pyo3(signature = (comm=None, *, batch_size=64, ranks_per_node=None, readers_per_node=None,
+    window_bytes=None, direct_io=None))]
+fn prepare(
+    py: Python<'_>,
+    comm: Option<i128>,
+    batch_size: usize,
+    ranks_per_node: Option<usize>,
+    readers_per_node: Option<usize>,
+    window_bytes: Option<usize>,
+    direct_io: Option<String>,
+) -> PyResult<()> {
+    let options = options::PyOptions {
+        batch_size,
+        partition: "contiguous".into(),
+        tail: "short".into(),
+        ranks_per_node,
+        readers_per_node,
+        window_bytes,
+        direct_io,
+        ..Default::default()
+    }
+    .engine_options()
+    .map_err(to_py)?;
+    let c = mpi::comm_from(comm);
+    py.allow_threads(move || {
+        let c = c;
+        lmdbio::engine::prepare(c.0, &options)
+    })
+    .map_err(to_py)
+}
+
 #[pymodule]
 fn _lmdbio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
@@ -64,6 +99,7 @@ fn _lmdbio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::Batch>()?;
     m.add_class::<batch::Buffer>()?;
     m.add_function(wrap_pyfunction!(init_mpi, m)?)?;
+    m.add_function(wrap_pyfunction!(prepare, m)?)?;
     m.add_function(wrap_pyfunction!(finalize_mpi, m)?)?;
     m.add_function(wrap_pyfunction!(mpi_thread_multiple, m)?)?;
     m.add_function(wrap_pyfunction!(mpi_library_version, m)?)?;

@@ -247,5 +247,6 @@ pub fn counters_dict(c: Counters) -> HashMap<&'static str, f64> {
         ("wait_seconds", c.wait_seconds),
         ("direct_read_requests", c.direct_read_requests as f64),
         ("step_agreements", c.step_agreements as f64),
+        ("setup_made", c.setup_made as f64),
     ])
 }

@@ -334,6 +334,18 @@ def test_ctrl_c_on_the_callers_thread_acts_after_the_step(layouts):
     assert all_ranks_agree(everyone == sorted(layouts["small"][2]))
 
 
+def test_prepare_makes_the_window_ahead(layouts):
+    """After lmdbio.prepare (which a Reader's first open calls) an open
+    with the same options makes nothing: no communicator, no window."""
+    path = layouts["small"][0]
+    lmdbio.prepare(batch_size=8, window_bytes=3 << 20)
+    with lmdbio.Reader(path, 8, epochs=1, window_bytes=3 << 20) as r:
+        made = r.counters()["setup_made"]
+        n = sum(len(b) for b in r)
+    assert all_ranks_agree(made == 0)
+    assert sum(on_every_rank(n)) == len(layouts["small"][2])
+
+
 def test_plain_process_is_a_world_of_one(layouts, tmp_path):
     """`python script.py` without mpiexec reads the whole database."""
     if COMM.rank != 0:
