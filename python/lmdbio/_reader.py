@@ -7,7 +7,8 @@ from . import _lmdbio, _mpi
 STATE_FORMAT = "lmdbio.job_cursor"
 STATE_VERSION = 1
 
-# What prepare() was called for in this process (see Reader._open).
+# The options prepare() was called with on MPI_COMM_WORLD in this process
+# (see Reader._open).
 _prepared = set()
 
 
@@ -17,18 +18,19 @@ def prepare(comm=None, *, batch_size=64, ranks_per_node=None, readers_per_node=N
     window's memory ahead, as a job does once at start-up (the C ABI's
     ``lmdbio_prepare``): the first reader then neither makes nor faults
     anything, and direct reads land in the window's 2 MiB pages. A
-    :class:`Reader` calls it on its first open in the process with its own
-    options; call it yourself to keep that time out of the first epoch.
-    Collective over ``comm`` (default MPI_COMM_WORLD)."""
+    :class:`Reader` on MPI_COMM_WORLD calls it on its first open in the
+    process with its own options; call it yourself to keep that time out of
+    the first epoch, or for readers on other communicators. Collective over
+    ``comm`` (default MPI_COMM_WORLD)."""
     if comm is None and _mpi.torchrun_world() is not None:
         return  # no node window without MPI
     _mpi.ensure_mpi()
     handle = None if comm is None else _mpi.handle_of(comm)
-    key = (handle, ranks_per_node, readers_per_node, window_bytes, direct_io)
     _lmdbio.prepare(handle, batch_size=int(batch_size), ranks_per_node=ranks_per_node,
                     readers_per_node=readers_per_node, window_bytes=window_bytes,
                     direct_io=direct_io)
-    _prepared.add(key)
+    if handle is None:
+        _prepared.add((ranks_per_node, readers_per_node, window_bytes, direct_io))
 
 
 class Reader:
@@ -125,13 +127,14 @@ class Reader:
                 partition=o["partition"], tail=o["tail"], subdb=o["subdb"])
             return
         o = self._options
-        key = (self._handle, o["ranks_per_node"], o["readers_per_node"], o["window_bytes"],
-               o["direct_io"])
-        if key not in _prepared:
-            # Collective: every rank opens its first reader with these options.
-            _lmdbio.prepare(self._handle, batch_size=self._batch_size,
-                            ranks_per_node=key[1], readers_per_node=key[2],
-                            window_bytes=key[3], direct_io=key[4])
+        key = (o["ranks_per_node"], o["readers_per_node"], o["window_bytes"], o["direct_io"])
+        if self._handle is None and key not in _prepared:
+            # Every rank of the world opens its first reader with these
+            # options at the same call. (Not on other communicators: their
+            # handles are reused once freed, and ranks outside one would
+            # not agree on which were prepared.)
+            _lmdbio.prepare(None, batch_size=self._batch_size, ranks_per_node=key[0],
+                            readers_per_node=key[1], window_bytes=key[2], direct_io=key[3])
             _prepared.add(key)
         self._engine = _lmdbio._Engine(
             self._path, self._batch_size, self._handle, job_cursor=job_cursor,
