@@ -78,6 +78,12 @@ class Reader:
         overlap: bool | None = None,
         hints: Mapping[str, str] | None = None,
         interruptible: bool = True,
+        shuffle_mode: str | None = None,
+        stage: str | PathLike[str] | None = None,
+        stage_budget: int | None = None,
+        keep_stage: bool | None = None,
+        saved_index: bool | None = None,
+        index_cache: str | PathLike[str] | None = None,
     ) -> None: ...
     def __iter__(self) -> Reader: ...
     def __next__(self) -> Batch: ...

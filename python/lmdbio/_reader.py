@@ -62,6 +62,10 @@ class Reader:
       shuffle: shuffle every epoch (a chunked shuffle, see docs/python.md);
         ``seed`` makes it repeatable, ``shuffle_chunk`` sets records per
         chunk.
+      shuffle_mode: ``"chunked"`` (the default when shuffling) or
+        ``"global"`` (every epoch a permutation of all records: each record
+        is a read of its own unless served from a stage); giving one
+        shuffles, so ``shuffle=False`` with it is an error.
       partition: how an epoch is split among ranks: ``"contiguous"``
         (default), ``"round_robin"`` (batches dealt in turn) or
         ``"strided"`` (record i to rank i mod P, as Caffe does).
@@ -79,6 +83,16 @@ class Reader:
       window_bytes, prefetch, collective, read_streams, direct_io
         (``"auto"``, ``"never"``, ``"always"``), overlap, hints: the
         engine's read options (see docs/python.md).
+      stage: a node-local directory (NVMe scratch, ``$SLURM_TMPDIR``,
+        ``/dev/shm``) where each node keeps what it read in the first epoch
+        and reads it from there in later epochs (one reader per node,
+        independent reads); ``None`` (default): every epoch reads ``path``.
+      stage_budget: bytes a node's stage may hold (default: unlimited).
+      keep_stage: leave the stage in place on close for a later job.
+      saved_index: load the index from a saved one of this very database
+        state instead of scanning, and save a scanned one (default
+        ``True``); index_cache: directory for saved indexes when the
+        database's own is not writable.
       interruptible: ``True`` (default): the engine runs on a thread of its
         own and Ctrl-C interrupts a wait for another rank at once;
         ``False``: it runs on the calling thread (the GIL released), which
@@ -95,18 +109,26 @@ class Reader:
                  ranks_per_node=None, readers_per_node=None, subdb=None, state=None,
                  repartition=False, window_bytes=None, prefetch=None, collective=None,
                  read_streams=None, direct_io=None, overlap=None, hints=None,
-                 interruptible=True):
+                 interruptible=True, shuffle_mode=None, stage=None, stage_budget=None,
+                 keep_stage=None, saved_index=None, index_cache=None):
         self._torchrun = _mpi.torchrun_world() if comm is None else None
         if self._torchrun is None:
             _mpi.ensure_mpi()
         handle = None if comm is None else _mpi.handle_of(comm)
+        if shuffle_mode is not None and shuffle is not None and not shuffle:
+            raise _lmdbio.InvalidArgument("shuffle_mode was given with shuffle=False")
+        shuffled = bool(shuffle) or shuffle_mode is not None
         self._options = dict(
-            epochs=epochs, shuffle_seed=int(seed) if shuffle else None,
+            epochs=epochs, shuffle_seed=int(seed) if shuffled else None,
+            shuffle_mode=shuffle_mode,
             shuffle_chunk=shuffle_chunk, partition=partition, tail=tail,
             ranks_per_node=ranks_per_node, readers_per_node=readers_per_node,
             subdb=subdb, window_bytes=window_bytes, prefetch=prefetch,
             collective=collective, read_streams=read_streams, direct_io=direct_io,
             overlap=overlap, hints=dict(hints) if hints else None,
+            stage=None if stage is None else os.fspath(stage), stage_budget=stage_budget,
+            keep_stage=keep_stage, saved_index=saved_index,
+            index_cache=None if index_cache is None else os.fspath(index_cache),
         )
         self._path = os.fspath(path)
         self._batch_size = int(batch_size)
@@ -124,7 +146,8 @@ class Reader:
                 self._path, self._batch_size, rank, ranks, job_cursor=job_cursor,
                 repartition=bool(repartition), epochs=o["epochs"],
                 shuffle_seed=o["shuffle_seed"], shuffle_chunk=o["shuffle_chunk"],
-                partition=o["partition"], tail=o["tail"], subdb=o["subdb"])
+                shuffle_mode=o["shuffle_mode"], partition=o["partition"], tail=o["tail"],
+                subdb=o["subdb"])
             return
         o = self._options
         key = (o["ranks_per_node"], o["readers_per_node"], o["window_bytes"], o["direct_io"])

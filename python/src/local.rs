@@ -90,8 +90,10 @@ fn open(path: PathBuf, rank: usize, ranks: usize, o: &PyOptions) -> Result<(Open
         Shuffle {
             chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
             window_chunks: options.shuffle_window_chunks,
+            mode: options.shuffle_mode_in_use(),
             ..sized
         }
+        .normalized()
     });
     let (schedule, step) = match &options.resume_job {
         Some(job) => resume::from_job_cursor(
@@ -221,7 +223,7 @@ impl LocalEngine {
     #[new]
     #[pyo3(signature = (path, batch_size, rank, ranks, *, epochs=None, shuffle_seed=None,
         shuffle_chunk=None, partition="contiguous".to_string(), tail="short".to_string(),
-        subdb=None, job_cursor=None, repartition=false))]
+        subdb=None, job_cursor=None, repartition=false, shuffle_mode=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -237,6 +239,7 @@ impl LocalEngine {
         subdb: Option<String>,
         job_cursor: Option<Vec<u8>>,
         repartition: bool,
+        shuffle_mode: Option<String>,
     ) -> PyResult<LocalEngine> {
         let options = PyOptions {
             batch_size,
@@ -248,6 +251,7 @@ impl LocalEngine {
             subdb,
             job_cursor,
             repartition,
+            shuffle_mode,
             ..PyOptions::default()
         };
         let (open, step) = py

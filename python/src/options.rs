@@ -2,8 +2,10 @@
 
 use lmdbio::cursor::JobCursor;
 use lmdbio::engine::{DirectIo, EngineOptions};
+use lmdbio::order::ShuffleMode;
 use lmdbio::schedule::{Partition, Tail};
 use lmdbio::{Error, Result};
+use std::path::PathBuf;
 
 /// Options as the Python layer hands them over (already type-checked).
 #[derive(Default)]
@@ -26,6 +28,12 @@ pub struct PyOptions {
     pub hints: Vec<(String, String)>,
     pub job_cursor: Option<Vec<u8>>,
     pub repartition: bool,
+    pub shuffle_mode: Option<String>,
+    pub stage: Option<PathBuf>,
+    pub stage_budget: Option<u64>,
+    pub keep_stage: Option<bool>,
+    pub saved_index: Option<bool>,
+    pub index_cache: Option<PathBuf>,
 }
 
 fn positive(v: usize, what: &str) -> Result<usize> {
@@ -67,6 +75,16 @@ fn direct_io(name: &str) -> Result<DirectIo> {
     }
 }
 
+pub fn shuffle_mode(name: &str) -> Result<ShuffleMode> {
+    match name {
+        "chunked" => Ok(ShuffleMode::Chunked),
+        "global" => Ok(ShuffleMode::Global),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown shuffle_mode {name:?} (chunked or global)"
+        ))),
+    }
+}
+
 impl PyOptions {
     pub fn engine_options(&self) -> Result<EngineOptions> {
         let mut o = EngineOptions {
@@ -102,6 +120,20 @@ impl PyOptions {
         if let Some(v) = self.overlap {
             o.overlap = v;
         }
+        if let Some(m) = &self.shuffle_mode {
+            o.shuffle_mode = Some(shuffle_mode(m)?);
+        }
+        o.stage = self.stage.clone();
+        if let Some(b) = self.stage_budget {
+            o.stage_budget = b;
+        }
+        if let Some(k) = self.keep_stage {
+            o.keep_stage = k;
+        }
+        if let Some(s) = self.saved_index {
+            o.saved_index = s;
+        }
+        o.index_cache = self.index_cache.clone();
         if let Some(bytes) = &self.job_cursor {
             o.resume_job = Some(JobCursor::decode(bytes)?);
             o.repartition = self.repartition;

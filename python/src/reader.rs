@@ -85,7 +85,8 @@ impl Engine {
         shuffle_chunk=None, partition="contiguous".to_string(), tail="short".to_string(),
         ranks_per_node=None, readers_per_node=None, subdb=None, window_bytes=None,
         prefetch=None, collective=None, read_streams=None, direct_io=None, overlap=None,
-        hints=None, job_cursor=None, repartition=false, interruptible=true))]
+        hints=None, job_cursor=None, repartition=false, interruptible=true, shuffle_mode=None,
+        stage=None, stage_budget=None, keep_stage=None, saved_index=None, index_cache=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -110,6 +111,12 @@ impl Engine {
         job_cursor: Option<Vec<u8>>,
         repartition: bool,
         interruptible: bool,
+        shuffle_mode: Option<String>,
+        stage: Option<PathBuf>,
+        stage_budget: Option<u64>,
+        keep_stage: Option<bool>,
+        saved_index: Option<bool>,
+        index_cache: Option<PathBuf>,
     ) -> PyResult<Engine> {
         let options = PyOptions {
             batch_size,
@@ -130,6 +137,12 @@ impl Engine {
             hints: hints.map(|h| h.into_iter().collect()).unwrap_or_default(),
             job_cursor,
             repartition,
+            shuffle_mode,
+            stage,
+            stage_budget,
+            keep_stage,
+            saved_index,
+            index_cache,
         };
         // Bad options fail on every rank alike, before any collective call.
         let options = options.engine_options().map_err(to_py)?;
@@ -248,5 +261,11 @@ pub fn counters_dict(c: Counters) -> HashMap<&'static str, f64> {
         ("direct_read_requests", c.direct_read_requests as f64),
         ("step_agreements", c.step_agreements as f64),
         ("setup_made", c.setup_made as f64),
+        ("reader_slots", c.reader_slots as f64),
+        ("index_loaded", c.index_loaded as f64),
+        ("index_seconds", c.index_seconds),
+        ("stage_bytes_read", c.stage_bytes_read as f64),
+        ("stage_bytes_written", c.stage_bytes_written as f64),
+        ("stage_warnings", c.stage_warnings as f64),
     ])
 }

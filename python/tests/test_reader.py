@@ -383,3 +383,35 @@ def test_one_ranks_failure_raises_on_every_rank(workdir, layouts):
     message = str(e.value)
     assert "disagree on the data file" in message, message
     assert f"rank {COMM.size - 1} has no readable data file" in message, message
+
+
+def test_global_shuffle_from_a_kept_stage_is_exact(workdir, layouts):
+    path, _, records = layouts["small"]
+    stage = os.path.join(workdir, "stage-global")  # one folder for every rank
+    opts = dict(epochs=2, seed=5, partition="round_robin", stage=stage)
+
+    def run(**more):
+        with lmdbio.Reader(path, 32, **opts, **more) as r:
+            got = read_epochs(r)
+            staged = sum(on_every_rank(r.counters()["stage_bytes_read"]))
+        everyone = [x for part in on_every_rank(got) for x in part]
+        for epoch in (0, 1):
+            assert all_ranks_agree(
+                sorted((k, h) for e, k, h in everyone if e == epoch) == expected(records)), epoch
+        return [k for _, k, _ in everyone], staged
+
+    chunked, _ = run(shuffle_mode="chunked")
+    # Kept: the reader completes the stage on close, so the next job reads
+    # its epochs from it whatever the writer had done by then.
+    first, _ = run(shuffle_mode="global", keep_stage=True)
+    again, staged = run(shuffle_mode="global")
+    assert all_ranks_agree(first == again and first != chunked)
+    assert all_ranks_agree(staged > 0)
+
+
+def test_bad_shuffle_mode_raises(layouts):
+    path = layouts["small"][0]
+    with pytest.raises(lmdbio.InvalidArgument, match="shuffle_mode"):
+        lmdbio.Reader(path, 4, shuffle_mode="sideways")
+    with pytest.raises(lmdbio.InvalidArgument, match="shuffle_mode"):
+        lmdbio.Reader(path, 4, shuffle=False, shuffle_mode="global")
