@@ -248,7 +248,7 @@ int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t 
  * mixes the records of a window's chunks. GLOBAL: every epoch a uniform
  * permutation of all records, so every batch has the class mix of a random
  * sample; read from the database file each record is a read of its own
- * (docs/design/global-shuffle.md). DEFAULT: chunked. */
+ * (docs/design/global-shuffle.md). DEFAULT: global with a stage, else chunked. */
 #define LMDBIO_SHUFFLE_DEFAULT 0
 #define LMDBIO_SHUFFLE_CHUNKED 1
 #define LMDBIO_SHUFFLE_GLOBAL 2

@@ -99,9 +99,16 @@ fn bench(db: &Path, n: usize, k: usize, extra: &[&str]) -> Ran {
     );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let row = doc["runs"][0].clone();
+    // Rank by rank in file-name order, each rank's lines in delivery
+    // order, so two runs' `lines` compare their orders.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&trace)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
     let mut lines = Vec::new();
-    for entry in std::fs::read_dir(&trace).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
         lines.extend(text.lines().map(str::to_owned));
     }
     Ran { out, row, lines }
@@ -378,4 +385,29 @@ fn globally_shuffled_epochs_from_a_stage_are_exact() {
     assert_epochs_exact(&warm, &oracle, 3, "global, kept stage");
     assert!(warm.f("stage_bytes_read_per_node") > 0.0);
     assert_eq!(warm.f("stage_warnings"), 0.0, "{}", warm.stderr());
+}
+
+#[test]
+fn a_staged_shuffle_without_a_mode_is_the_global_shuffle() {
+    let fx = database(311);
+    let oracle = oracle_lines(&fx);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let run = |mode: &[&'static str]| {
+        let mut args = stage_args(dir, &["--shuffle", "9"]);
+        args.extend_from_slice(mode);
+        bench(&fx.path, 4, 2, &args)
+    };
+    let default = run(&[]);
+    assert_epochs_exact(&default, &oracle, 3, "staged, no mode");
+    let global = run(&["--shuffle-mode", "global"]);
+    let chunked = run(&["--shuffle-mode", "chunked"]);
+    assert!(
+        default.lines == global.lines,
+        "a staged shuffle without a mode is not the global order"
+    );
+    assert!(
+        default.lines != chunked.lines,
+        "the chunked and global orders coincide: the test shows nothing"
+    );
 }

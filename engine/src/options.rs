@@ -173,14 +173,19 @@ impl Default for EngineOptions {
 }
 
 impl EngineOptions {
-    /// The shuffle mode of a shuffled job: the one asked for, else the
-    /// chunked shuffle, whose reads stay large when every epoch is read
-    /// from the database file (a global shuffle reads each record on its
-    /// own there; see docs/design/global-shuffle.md). Where later epochs
-    /// are served from a node-local stage, this is the place to make the
-    /// global shuffle the default.
+    /// The shuffle mode of a shuffled job: the one asked for; else, with a
+    /// node stage, the global shuffle, since only epoch 1 reads the
+    /// database file and later epochs read records from the local stage;
+    /// else the chunked shuffle, whose reads stay large when every epoch is
+    /// read from the database file (a global shuffle reads each record on
+    /// its own there; see docs/design/global-shuffle.md and
+    /// docs/design/node-stage.md).
     pub fn shuffle_mode_in_use(&self) -> ShuffleMode {
-        self.shuffle_mode.unwrap_or_default()
+        match (self.shuffle_mode, &self.stage) {
+            (Some(mode), _) => mode,
+            (None, Some(_)) => ShuffleMode::Global,
+            (None, None) => ShuffleMode::default(),
+        }
     }
 }
 

@@ -27,8 +27,8 @@ pub enum Method {
     /// lmdbio's engine.
     Lmdbio,
     /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
-    /// 1; --shuffle-mode, else chunked): to compare with unshuffled reading
-    /// in the same invocation.
+    /// 1; --shuffle-mode, else global with --stage, chunked without): to
+    /// compare with unshuffled reading in the same invocation.
     LmdbioShuffled,
     /// lmdbio's engine with every epoch globally shuffled (seed from
     /// --shuffle, else 1): a uniform permutation of all records.
