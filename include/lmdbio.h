@@ -106,6 +106,17 @@ typedef struct lmdbio_counters {
   uint64_t step_agreements;
 } lmdbio_counters;
 
+/* One epoch's share of this rank's work (lmdbio_epoch_counters_get). */
+typedef struct lmdbio_epoch_counters {
+  uint64_t epoch;
+  uint64_t db_bytes_read;         /* read from the database file for this epoch */
+  uint64_t stage_bytes_read;      /* read from the node's stage */
+  uint64_t remote_bytes_received; /* received from other nodes */
+  uint64_t records;               /* records of this epoch handed to the caller */
+  uint64_t bytes_delivered;       /* value bytes of this epoch handed to the caller */
+  double seconds;                 /* wall seconds spent on the epoch */
+} lmdbio_epoch_counters;
+
 /* The structs' layouts are part of the ABI. On LP64 systems (x86_64,
  * aarch64) they are fixed as asserted here: every field 8 bytes, in the
  * order declared. A C11 compiler checks this on every include. */
@@ -144,6 +155,19 @@ _Static_assert(offsetof(lmdbio_counters, direct_read_requests) == 80,
                "lmdbio_counters.direct_read_requests");
 _Static_assert(offsetof(lmdbio_counters, step_agreements) == 88,
                "lmdbio_counters.step_agreements");
+_Static_assert(sizeof(lmdbio_epoch_counters) == 56, "lmdbio_epoch_counters is 56 bytes");
+_Static_assert(_Alignof(lmdbio_epoch_counters) == 8, "lmdbio_epoch_counters is 8-aligned");
+_Static_assert(offsetof(lmdbio_epoch_counters, epoch) == 0, "lmdbio_epoch_counters.epoch");
+_Static_assert(offsetof(lmdbio_epoch_counters, db_bytes_read) == 8,
+               "lmdbio_epoch_counters.db_bytes_read");
+_Static_assert(offsetof(lmdbio_epoch_counters, stage_bytes_read) == 16,
+               "lmdbio_epoch_counters.stage_bytes_read");
+_Static_assert(offsetof(lmdbio_epoch_counters, remote_bytes_received) == 24,
+               "lmdbio_epoch_counters.remote_bytes_received");
+_Static_assert(offsetof(lmdbio_epoch_counters, records) == 32, "lmdbio_epoch_counters.records");
+_Static_assert(offsetof(lmdbio_epoch_counters, bytes_delivered) == 40,
+               "lmdbio_epoch_counters.bytes_delivered");
+_Static_assert(offsetof(lmdbio_epoch_counters, seconds) == 48, "lmdbio_epoch_counters.seconds");
 #endif
 
 const char *lmdbio_last_error(void);
@@ -322,6 +346,16 @@ int lmdbio_job_cursor_size(const lmdbio_engine *engine, size_t *out);
  * re-partitioned can only be resumed from its job cursor. */
 int lmdbio_job_cursor_get(const lmdbio_engine *engine, void *buf, size_t len, size_t *out_len);
 int lmdbio_counters_get(const lmdbio_engine *engine, lmdbio_counters *out);
+/* One of this rank's counters by its Rust name (Counters in
+ * engine/src/counters.rs: "bytes_read", "stage_bytes_read", "reader_slots",
+ * "index_seconds", ...), as a double. An unknown name is
+ * LMDBIO_ERR_INVALID_ARGUMENT. Local. */
+int lmdbio_counter_get(const lmdbio_engine *engine, const char *name, double *value);
+/* This rank's counters for one epoch (as lmdbio_record.epoch counts it); an
+ * epoch this engine has not (yet) read or delivered records of is
+ * LMDBIO_ERR_INVALID_ARGUMENT. Local. */
+int lmdbio_epoch_counters_get(const lmdbio_engine *engine, uint64_t epoch,
+                              lmdbio_epoch_counters *out);
 /* COLLECTIVE: sums of the node's counters. Call it on every rank: a rank
  * that served steps since the ranks last met meets the others first (a
  * rank that failed a step may be waiting for them). */

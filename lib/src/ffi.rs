@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use crate::c_boundary::last_error;
 use crate::cursor::{Cursor, JobCursor};
-use crate::engine::{Counters, DirectIo, Engine, EngineOptions};
+use crate::engine::{Counters, DirectIo, Engine, EngineOptions, EpochCounters};
 use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_raw::RawComm;
 use crate::order::ShuffleMode;
@@ -217,6 +217,76 @@ impl From<Counters> for lmdbio_counters {
             setup_made: c.setup_made,
             direct_read_requests: c.direct_read_requests,
             step_agreements: c.step_agreements,
+        }
+    }
+}
+
+/// A counter's name and how to read it.
+type CounterField = (&'static str, fn(&Counters) -> f64);
+
+/// Every [`Counters`] field by its Rust name, for `lmdbio_counter_get`:
+/// the way to C for counters [`lmdbio_counters`] (a fixed layout) has no
+/// room for. A new counter is one line here.
+const COUNTER_FIELDS: &[CounterField] = &[
+    ("bytes_read", |c| c.bytes_read as f64),
+    ("read_requests", |c| c.read_requests as f64),
+    ("file_opens", |c| c.file_opens as f64),
+    ("index_bytes_read", |c| c.index_bytes_read as f64),
+    ("index_read_requests", |c| c.index_read_requests as f64),
+    ("bytes_delivered", |c| c.bytes_delivered as f64),
+    ("records_delivered", |c| c.records_delivered as f64),
+    ("rounds", |c| c.rounds as f64),
+    ("step_agreements", |c| c.step_agreements as f64),
+    ("io_seconds", |c| c.io_seconds),
+    ("wait_seconds", |c| c.wait_seconds),
+    ("setup_made", |c| c.setup_made as f64),
+    ("direct_read_requests", |c| c.direct_read_requests as f64),
+    ("reader_slots", |c| c.reader_slots as f64),
+    ("index_loaded", |c| c.index_loaded as f64),
+    ("index_seconds", |c| c.index_seconds),
+    ("stage_bytes_read", |c| c.stage_bytes_read as f64),
+    ("stage_bytes_written", |c| c.stage_bytes_written as f64),
+    ("stage_warnings", |c| c.stage_warnings as f64),
+];
+
+/// The counter `name` of `c`.
+fn counter_by_name(c: &Counters, name: &str) -> Result<f64> {
+    COUNTER_FIELDS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, field)| field(c))
+        .ok_or_else(|| Error::InvalidArgument(format!("no counter named {name:?}")))
+}
+
+/// One epoch's [`EpochCounters`], field for field.
+#[repr(C)]
+pub struct lmdbio_epoch_counters {
+    /// The epoch.
+    pub epoch: u64,
+    /// Bytes read from the database file for this epoch.
+    pub db_bytes_read: u64,
+    /// Bytes read from the node's stage for this epoch.
+    pub stage_bytes_read: u64,
+    /// Bytes received from other nodes for this epoch.
+    pub remote_bytes_received: u64,
+    /// Records of this epoch handed to the caller.
+    pub records: u64,
+    /// Value bytes of this epoch handed to the caller.
+    pub bytes_delivered: u64,
+    /// Wall seconds spent on the epoch.
+    pub seconds: f64,
+}
+
+impl From<EpochCounters> for lmdbio_epoch_counters {
+    fn from(e: EpochCounters) -> Self {
+        lmdbio_epoch_counters {
+            epoch: e.epoch,
+            db_bytes_read: e.db_bytes_read,
+            stage_bytes_read: e.stage_bytes_read,
+            remote_bytes_received: e.remote_bytes_received,
+            records: e.records,
+            bytes_delivered: e.bytes_delivered,
+            seconds: e.seconds,
         }
     }
 }
@@ -850,6 +920,52 @@ pub unsafe extern "C" fn lmdbio_counters_get(
     unsafe { report(engine, out, |e| Ok(e.counters().into())) }
 }
 
+/// This rank's counter `name` (a [`Counters`] field's name) as a double
+/// (local).
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_counter_get(
+    engine: *const lmdbio_engine,
+    name: *const c_char,
+    value: *mut f64,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a handle from lmdbio_open, NULL or
+    // a NUL-terminated name, and NULL or a writable out pointer.
+    unsafe {
+        report(engine, value, |e| {
+            counter_by_name(&e.counters(), c_str(name, "name")?)
+        })
+    }
+}
+
+/// This rank's counters for `epoch` (local); an epoch not counted (yet)
+/// is an invalid argument.
+#[no_mangle]
+pub unsafe extern "C" fn lmdbio_epoch_counters_get(
+    engine: *const lmdbio_engine,
+    epoch: u64,
+    out: *mut lmdbio_epoch_counters,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a handle from lmdbio_open, and
+    // NULL or a writable out pointer.
+    unsafe {
+        report(engine, out, |e| {
+            let epochs = e.epoch_counters();
+            match epochs.iter().find(|c| c.epoch == epoch) {
+                Some(c) => Ok((*c).into()),
+                None => Err(Error::InvalidArgument(
+                    match (epochs.first(), epochs.last()) {
+                        (Some(a), Some(b)) => format!(
+                            "epoch {epoch} is not counted on this rank (epochs {} to {} are)",
+                            a.epoch, b.epoch
+                        ),
+                        _ => format!("epoch {epoch} is not counted: no epoch is yet on this rank"),
+                    },
+                )),
+            }
+        })
+    }
+}
+
 /// The node's summed counters (collective: see Engine::node_counters).
 #[no_mangle]
 pub unsafe extern "C" fn lmdbio_node_counters(
@@ -871,4 +987,41 @@ pub unsafe extern "C" fn lmdbio_close(engine: *mut lmdbio_engine) -> c_int {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_a_name_and_unknown_names_are_refused() {
+        // Counters' Debug output names every field, in declaration order.
+        let debug = format!("{:?}", Counters::default());
+        let fields: Vec<&str> = debug
+            .split(['{', ','])
+            .skip(1)
+            .filter_map(|f| f.split(':').next())
+            .map(str::trim)
+            .collect();
+        let named: Vec<&str> = COUNTER_FIELDS.iter().map(|(n, _)| *n).collect();
+        let mut sorted = fields.clone();
+        sorted.sort_unstable();
+        let mut named_sorted = named.clone();
+        named_sorted.sort_unstable();
+        assert_eq!(
+            sorted, named_sorted,
+            "COUNTER_FIELDS must name every Counters field once"
+        );
+
+        let c = Counters {
+            stage_bytes_read: 7,
+            index_seconds: 0.5,
+            ..Default::default()
+        };
+        assert_eq!(counter_by_name(&c, "stage_bytes_read").unwrap(), 7.0);
+        assert_eq!(counter_by_name(&c, "index_seconds").unwrap(), 0.5);
+        let e = counter_by_name(&c, "bytes_reed").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("bytes_reed"), "{e}");
+    }
 }

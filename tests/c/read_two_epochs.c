@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
    * steps per epoch, ceil(ceil(N/P)/B). */
   uint64_t share = (n + size - 1) / size, steps_per_epoch = (share + 4) / 5;
   int *seen = calloc(2 * n + 1, sizeof(int));
+  uint64_t mine_by_epoch[2] = {0, 0};
   for (uint64_t step = 0; step < 2 * steps_per_epoch; step++) {
     if (step == steps_per_epoch) {
       /* Checkpoint after the first epoch, close, and resume from the
@@ -100,6 +101,15 @@ int main(int argc, char **argv) {
       unsigned char cursor[LMDBIO_CURSOR_BYTES];
       size_t cursor_len = 0;
       CHECK(lmdbio_cursor_get(engine, cursor, sizeof cursor, &cursor_len));
+      /* Epoch 0 was delivered by this engine only (the resumed one starts
+       * at epoch 1): its counters hold exactly this rank's epoch-0 records. */
+      lmdbio_epoch_counters e0;
+      CHECK(lmdbio_epoch_counters_get(engine, 0, &e0));
+      if (e0.epoch != 0 || e0.records != mine_by_epoch[0]) {
+        fprintf(stderr, "rank %d: epoch 0 counted %" PRIu64 " records, %" PRIu64 " delivered\n",
+                rank, e0.records, mine_by_epoch[0]);
+        MPI_Abort(MPI_COMM_WORLD, 17);
+      }
       CHECK(lmdbio_close(engine));
       /* The closed engine's window (4 MiB of values, mapped on every rank
        * by lmdbio_prepare) stays mapped until its memory is given back;
@@ -124,6 +134,7 @@ int main(int argc, char **argv) {
       if (r->epoch > 1) MPI_Abort(MPI_COMM_WORLD, 6);
       check_record(manifest, n, r);
       seen[r->epoch * n + r->ordinal]++;
+      mine_by_epoch[r->epoch]++;
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, seen, (int)(2 * n), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -141,6 +152,39 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: %" PRIu64 " step agreements in %" PRIu64 " steps\n", rank,
             own.step_agreements, steps_per_epoch);
     MPI_Abort(MPI_COMM_WORLD, 12);
+  }
+  /* Counters by name, the epoch's counters and their refusals. The
+   * resumed engine may still be reading ahead, so only what cannot move is
+   * compared here (bytes_read exactly on the finished engine below). */
+  double value = -1;
+  CHECK(lmdbio_counter_get(engine, "records_delivered", &value));
+  lmdbio_epoch_counters e1;
+  CHECK(lmdbio_epoch_counters_get(engine, 1, &e1));
+  if (value != (double)own.records_delivered || e1.epoch != 1 ||
+      e1.records != mine_by_epoch[1] || e1.records != own.records_delivered) {
+    fprintf(stderr, "rank %d: records_delivered %g, epoch 1 %" PRIu64 ", delivered %" PRIu64 "\n",
+            rank, value, e1.records, mine_by_epoch[1]);
+    MPI_Abort(MPI_COMM_WORLD, 17);
+  }
+  value = -1;
+  CHECK(lmdbio_counter_get(engine, "stage_bytes_read", &value));
+  if (!(value >= 0)) MPI_Abort(MPI_COMM_WORLD, 17);
+  value = 42;
+  if (lmdbio_counter_get(engine, "no_such_counter", &value) != LMDBIO_ERR_INVALID_ARGUMENT ||
+      strstr(lmdbio_last_error(), "no_such_counter") == NULL || value != 42 ||
+      lmdbio_counter_get(engine, NULL, &value) != LMDBIO_ERR_INVALID_ARGUMENT ||
+      lmdbio_counter_get(engine, "bytes_read", NULL) != LMDBIO_ERR_INVALID_ARGUMENT ||
+      lmdbio_counter_get(NULL, "bytes_read", &value) != LMDBIO_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "rank %d: a bad counter name or NULL was accepted (%s)\n", rank,
+            lmdbio_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 17);
+  }
+  if (lmdbio_epoch_counters_get(engine, 1000000, &e1) != LMDBIO_ERR_INVALID_ARGUMENT ||
+      strstr(lmdbio_last_error(), "1000000") == NULL ||
+      lmdbio_epoch_counters_get(engine, 1, NULL) != LMDBIO_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "rank %d: epoch 1000000 or NULL was accepted (%s)\n", rank,
+            lmdbio_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 17);
   }
   lmdbio_counters node;
   CHECK(lmdbio_node_counters(engine, &node));
@@ -221,6 +265,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: cursor after %" PRIu64 " steps of a %" PRIu64 "-record share gave %d (%s)\n",
             rank, limit, mine, rc, lmdbio_last_error());
     MPI_Abort(MPI_COMM_WORLD, 16);
+  }
+  /* The bounded job has ended: its counters no longer move, and the one
+   * by name is the struct's. */
+  lmdbio_counters done;
+  CHECK(lmdbio_counters_get(limited, &done));
+  value = -1;
+  CHECK(lmdbio_counter_get(limited, "bytes_read", &value));
+  if (value != (double)done.bytes_read) {
+    fprintf(stderr, "rank %d: bytes_read %g by name, %" PRIu64 " in the struct\n", rank, value,
+            done.bytes_read);
+    MPI_Abort(MPI_COMM_WORLD, 17);
   }
   CHECK(lmdbio_close(limited));
   lmdbio_options_free(one);
