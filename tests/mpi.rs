@@ -9,19 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use lmdbio_testkit as kit;
-use sha2::{Digest, Sha256};
-
-fn binary() -> PathBuf {
-    std::env::var_os("LMDBIO_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_lmdbio")),
-        PathBuf::from,
-    )
-}
+use lmdbio_testkit::{self as kit, oracle_lines};
 
 /// Runs `lmdbio bench ARGS` on `n` ranks; fails the test on a hang.
 fn mpiexec(n: usize, args: &[&str]) -> Output {
-    let mut cmd = kit::mpiexec(n, &binary());
+    let mut cmd = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
     cmd.arg("bench").args(args);
     kit::run_bounded(cmd)
 }
@@ -58,21 +50,6 @@ fn method_run<'d>(doc: &'d serde_json::Value, method: &str) -> &'d serde_json::V
         .iter()
         .find(|r| r["method"] == method)
         .unwrap()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// liblmdb's records as trace lines, sorted.
-fn oracle_lines(fx: &kit::Fixture) -> Vec<String> {
-    let mut lines: Vec<String> = fx
-        .oracle()
-        .iter()
-        .map(|(k, v)| format!("{} {} {}", hex(k), v.len(), hex(&Sha256::digest(v))))
-        .collect();
-    lines.sort();
-    lines
 }
 
 /// Every rank's trace lines, concatenated and sorted.

@@ -11,16 +11,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use lmdb::{Transaction, WriteFlags};
-use lmdbio_testkit as kit;
 use lmdbio_testkit::TempDir;
+use lmdbio_testkit::{self as kit, hex};
 use sha2::{Digest, Sha256};
 
 const RECORDS: usize = 1500;
 const VALUE: usize = 2500;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// `mdb_dump DIR` as key hex -> "LEN SHA256", the form `bench --trace`
 /// writes.

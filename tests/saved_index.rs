@@ -8,30 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lmdbio_testkit as kit;
-use sha2::{Digest, Sha256};
-
-fn binary() -> PathBuf {
-    std::env::var_os("LMDBIO_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_lmdbio")),
-        PathBuf::from,
-    )
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// liblmdb's records as trace lines, sorted.
-fn oracle_lines(fx: &kit::Fixture) -> Vec<String> {
-    let mut lines: Vec<String> = fx
-        .oracle()
-        .iter()
-        .map(|(k, v)| format!("{} {} {}", hex(k), v.len(), hex(&Sha256::digest(v))))
-        .collect();
-    lines.sort();
-    lines
-}
+use lmdbio_testkit::{self as kit, oracle_lines};
 
 /// What one run delivered (every rank's trace lines, sorted) and how many
 /// nodes loaded a saved index.
@@ -46,7 +23,7 @@ fn run(fx: &kit::Fixture, n: usize, per_node: usize, extra: &[&str]) -> Ran {
     let out_dir = kit::TempDir::new().unwrap();
     let trace = out_dir.path().join("trace");
     let json = out_dir.path().join("run.json");
-    let mut cmd: Command = kit::mpiexec(n, &binary());
+    let mut cmd: Command = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
     cmd.env_remove("LMDBIO_INDEX_CACHE")
         .env_remove("XDG_CACHE_HOME")
         .arg("bench")

@@ -7,30 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use lmdbio_testkit as kit;
-use sha2::{Digest, Sha256};
-
-fn binary() -> PathBuf {
-    std::env::var_os("LMDBIO_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_lmdbio")),
-        PathBuf::from,
-    )
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// liblmdb's records as trace lines, sorted.
-fn oracle_lines(fx: &kit::Fixture) -> Vec<String> {
-    let mut lines: Vec<String> = fx
-        .oracle()
-        .iter()
-        .map(|(k, v)| format!("{} {} {}", hex(k), v.len(), hex(&Sha256::digest(v))))
-        .collect();
-    lines.sort();
-    lines
-}
+use lmdbio_testkit::{self as kit, oracle_lines};
 
 /// A database of values larger than a page (read in rounds, not served
 /// from kept leaf pages): about 18 MB, five 4 MiB blocks.
@@ -77,7 +54,7 @@ fn bench(db: &Path, n: usize, k: usize, extra: &[&str]) -> Ran {
     let trace = scratch.path().join("trace");
     let json = scratch.path().join("run.json");
     let k = k.to_string();
-    let mut cmd = kit::mpiexec(n, &binary());
+    let mut cmd = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
     cmd.arg("bench")
         .args(["--trace", trace.to_str().unwrap()])
         .args(["--json", json.to_str().unwrap()])

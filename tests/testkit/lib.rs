@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use lmdb::{Cursor, DatabaseFlags, Environment, EnvironmentFlags, Transaction, WriteFlags};
+use sha2::{Digest, Sha256};
 
 pub use tempfile::TempDir;
 
@@ -519,6 +520,32 @@ impl Fixture {
     pub fn mdb_stat(&self) -> String {
         String::from_utf8(mdb_tool("mdb_stat", self, &[])).unwrap()
     }
+}
+
+/// Lower-case hex of `bytes`, as `lmdbio bench --trace` writes keys and
+/// value digests.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// liblmdb's records of `fx` as `lmdbio bench --trace` lines (key hex,
+/// value length, value SHA-256 hex), sorted.
+pub fn oracle_lines(fx: &Fixture) -> Vec<String> {
+    let mut lines: Vec<String> = fx
+        .oracle()
+        .iter()
+        .map(|(k, v)| format!("{} {} {}", hex(k), v.len(), hex(&Sha256::digest(v))))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The `lmdbio` command under test: `LMDBIO_BIN` when set (one built
+/// against another MPI), else `built`. Cargo tells only the test crate
+/// where it built the command, so callers pass
+/// `env!("CARGO_BIN_EXE_lmdbio")`.
+pub fn lmdbio_binary(built: &str) -> PathBuf {
+    std::env::var_os("LMDBIO_BIN").map_or_else(|| PathBuf::from(built), PathBuf::from)
 }
 
 fn mdb_tool(tool: &str, fx: &Fixture, extra: &[&str]) -> Vec<u8> {
