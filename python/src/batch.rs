@@ -15,7 +15,7 @@ use pyo3::exceptions::{PyBufferError, PyIndexError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::worker::{BatchData, RecordRef};
+use crate::driver::{BatchData, RecordRef};
 
 /// The reader's current generation, shared with its batches.
 pub type Generation = Arc<AtomicU64>;

@@ -6,13 +6,12 @@
 
 use std::path::PathBuf;
 
-use lmdbio::engine::{Counters, Engine, EngineOptions};
-use lmdbio::Error;
+use lmdbio::engine::{Engine, EngineOptions};
 use pyo3::prelude::*;
 
+use crate::driver::{answer, guarded, reader_closed, BatchData, Drive, OpenInfo, Reply, Request};
 use crate::errors::to_py;
 use crate::mpi::CommHandle;
-use crate::worker::{answer, guarded, BatchData, OpenInfo, Reply, Request};
 
 /// The engine, moved into `allow_threads` closures.
 struct Held(Box<Engine>);
@@ -52,69 +51,34 @@ impl Inline {
             info,
         ))
     }
+}
 
+impl Drive for Inline {
     fn ask(&mut self, py: Python<'_>, request: Request) -> PyResult<Reply> {
         let Some(engine) = self.engine.as_mut() else {
-            return Err(to_py(Error::InvalidArgument("the reader is closed".into())));
+            return Err(reader_closed());
         };
         py.allow_threads(|| guarded(|| answer(&mut engine.0, request)))
             .map_err(to_py)
     }
 
-    pub fn next(&mut self, py: Python<'_>) -> PyResult<BatchData> {
+    fn next(&mut self, py: Python<'_>) -> PyResult<BatchData> {
         if let Some(b) = self.stashed.take() {
             return Ok(b);
         }
-        match self.ask(py, Request::Next)? {
-            Reply::Batch(b) => {
-                if let Err(e) = py.check_signals() {
-                    self.stashed = Some(b);
-                    return Err(e);
-                }
-                Ok(b)
-            }
-            _ => Err(internal("next answered with something else")),
+        let b = self.ask(py, Request::Next)?.into_batch()?;
+        if let Err(e) = py.check_signals() {
+            self.stashed = Some(b);
+            return Err(e);
         }
+        Ok(b)
     }
 
-    pub fn cursor(&mut self, py: Python<'_>, job: bool) -> PyResult<Vec<u8>> {
-        if self.stashed.is_some() {
-            return Err(to_py(Error::InvalidArgument(
-                "a batch fetched when an interrupt arrived was not taken yet: iterate once more before asking for the position".into(),
-            )));
-        }
-        let request = if job {
-            Request::JobCursor
-        } else {
-            Request::Cursor
-        };
-        match self.ask(py, request)? {
-            Reply::Bytes(b) => Ok(b),
-            _ => Err(internal("cursor answered with something else")),
-        }
+    fn holds_batch(&self) -> bool {
+        self.stashed.is_some()
     }
 
-    pub fn counters(&mut self, py: Python<'_>, node: bool) -> PyResult<Counters> {
-        let request = if node {
-            Request::NodeCounters
-        } else {
-            Request::Counters
-        };
-        match self.ask(py, request)? {
-            Reply::Counters(c) => Ok(c),
-            _ => Err(internal("counters answered with something else")),
-        }
-    }
-
-    pub fn steps_for_epochs(&mut self, py: Python<'_>, epochs: u64) -> PyResult<u64> {
-        match self.ask(py, Request::StepsForEpochs(epochs))? {
-            Reply::Count(n) => Ok(n),
-            _ => Err(internal("steps_for_epochs answered with something else")),
-        }
-    }
-
-    /// Closes the engine (collective).
-    pub fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
         self.stashed = None;
         if let Some(engine) = self.engine.take() {
             py.allow_threads(|| {
@@ -128,7 +92,7 @@ impl Inline {
         Ok(())
     }
 
-    pub fn is_open(&self) -> bool {
+    fn is_open(&self) -> bool {
         self.engine.is_some()
     }
 }
@@ -144,8 +108,4 @@ impl Drop for Inline {
             });
         }
     }
-}
-
-fn internal(what: &str) -> PyErr {
-    to_py(Error::Internal(what.into()))
 }

@@ -1,5 +1,6 @@
 //! The native module of the `lmdbio` Python package (`lmdbio._lmdbio`): the
-//! engine on a thread of its own (`worker`), zero-copy batches
+//! engine on a thread of its own (`worker`) or the caller's (`inline`),
+//! both asked through `driver`, zero-copy batches
 //! (`batch`), Caffe `Datum` decoding (`datum`, `decode`), the engine's
 //! errors as Python exceptions (`errors`). The Python layer
 //! (`python/lmdbio/`) turns these into `lmdbio.Reader`, `lmdbio.caffe` and
@@ -8,6 +9,7 @@
 mod batch;
 mod datum;
 mod decode;
+mod driver;
 mod errors;
 mod inline;
 mod local;

@@ -23,9 +23,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batch::{Batch, Generation};
+use crate::driver::{guarded, reader_closed, BatchData, RecordRef};
 use crate::errors::to_py;
 use crate::options::PyOptions;
-use crate::worker::{BatchData, RecordRef};
 
 /// A batch's bytes, kept alive by every buffer handed out from it.
 pub struct Store {
@@ -132,10 +132,6 @@ fn open(path: PathBuf, rank: usize, ranks: usize, o: &PyOptions) -> Result<(Open
 impl LocalEngine {
     fn lock(&self) -> MutexGuard<'_, Option<Open>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn closed_error() -> PyErr {
-        to_py(Error::InvalidArgument("the reader is closed".into()))
     }
 
     fn read_step(o: &mut Open, rank: usize, step: u64) -> Result<(BatchData, Arc<Store>)> {
@@ -269,7 +265,7 @@ impl LocalEngine {
     fn next(&mut self, py: Python<'_>) -> PyResult<Option<Batch>> {
         let (rank, step) = (self.rank, self.step);
         let mut guard = self.lock();
-        let o = guard.as_mut().ok_or_else(LocalEngine::closed_error)?;
+        let o = guard.as_mut().ok_or_else(reader_closed)?;
         if o.step_limit.is_some_and(|l| step >= l) {
             return Ok(None);
         }
@@ -286,7 +282,7 @@ impl LocalEngine {
     /// This rank's cursor.
     fn cursor<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let guard = self.lock();
-        let o = guard.as_ref().ok_or_else(LocalEngine::closed_error)?;
+        let o = guard.as_ref().ok_or_else(reader_closed)?;
         let c = self.cursor_of(o).map_err(to_py)?;
         Ok(PyBytes::new(py, &c.encode()))
     }
@@ -299,7 +295,7 @@ impl LocalEngine {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let remainder = match self.lock().as_ref() {
             Some(o) => o.schedule.remainder().clone(),
-            None => return Err(LocalEngine::closed_error()),
+            None => return Err(reader_closed()),
         };
         let cursors = cursors
             .iter()
@@ -312,7 +308,7 @@ impl LocalEngine {
 
     fn steps_for_epochs(&mut self, epochs: u64) -> PyResult<u64> {
         let guard = self.lock();
-        let o = guard.as_ref().ok_or_else(LocalEngine::closed_error)?;
+        let o = guard.as_ref().ok_or_else(reader_closed)?;
         Ok(o.schedule.steps_for_epochs(epochs))
     }
 
@@ -320,7 +316,7 @@ impl LocalEngine {
     fn counters(&mut self, node: bool) -> PyResult<HashMap<&'static str, f64>> {
         let _ = node;
         let guard = self.lock();
-        let o = guard.as_ref().ok_or_else(LocalEngine::closed_error)?;
+        let o = guard.as_ref().ok_or_else(reader_closed)?;
         Ok(HashMap::from([
             ("records_delivered", o.records_delivered as f64),
             ("bytes_delivered", o.bytes_delivered as f64),
@@ -366,9 +362,4 @@ impl LocalEngine {
     fn step_limit(&self) -> Option<u64> {
         self.lock().as_ref().and_then(|o| o.step_limit)
     }
-}
-
-fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(Error::Internal("a panic was caught in the reader".into())))
 }

@@ -11,62 +11,19 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batch::{Batch, Generation};
+use crate::driver::{Drive, OpenInfo};
 use crate::errors::to_py;
 use crate::inline::Inline;
 use crate::mpi::{self, CommHandle};
 use crate::options::PyOptions;
-use crate::worker::{BatchData, OpenInfo, Worker};
-
-/// Who drives the engine: a thread of its own (`Thread`, the default:
-/// Ctrl-C interrupts a wait for another rank) or the caller's thread
-/// (`Inline`: no hand-over per batch). See docs/design/python-reader.md.
-enum Driver {
-    Inline(Inline),
-    Thread(Worker),
-}
-
-impl Driver {
-    fn next(&mut self, py: Python<'_>) -> PyResult<BatchData> {
-        match self {
-            Driver::Inline(d) => d.next(py),
-            Driver::Thread(d) => d.next(py),
-        }
-    }
-    fn cursor(&mut self, py: Python<'_>, job: bool) -> PyResult<Vec<u8>> {
-        match self {
-            Driver::Inline(d) => d.cursor(py, job),
-            Driver::Thread(d) => d.cursor(py, job),
-        }
-    }
-    fn counters(&mut self, py: Python<'_>, node: bool) -> PyResult<Counters> {
-        match self {
-            Driver::Inline(d) => d.counters(py, node),
-            Driver::Thread(d) => d.counters(py, node),
-        }
-    }
-    fn steps_for_epochs(&mut self, py: Python<'_>, epochs: u64) -> PyResult<u64> {
-        match self {
-            Driver::Inline(d) => d.steps_for_epochs(py, epochs),
-            Driver::Thread(d) => d.steps_for_epochs(py, epochs),
-        }
-    }
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        match self {
-            Driver::Inline(d) => d.close(py),
-            Driver::Thread(d) => d.close(py),
-        }
-    }
-    fn is_open(&self) -> bool {
-        match self {
-            Driver::Inline(d) => d.is_open(),
-            Driver::Thread(d) => d.is_open(),
-        }
-    }
-}
+use crate::worker::Worker;
 
 #[pyclass(module = "lmdbio._lmdbio")]
 pub struct Engine {
-    worker: Driver,
+    /// Who drives the engine: a thread of its own (`Worker`, the default:
+    /// Ctrl-C interrupts a wait for another rank) or the caller's thread
+    /// (`Inline`: no hand-over per batch).
+    worker: Box<dyn Drive>,
     info: OpenInfo,
     generation: Generation,
     step: u64,
@@ -147,12 +104,12 @@ impl Engine {
         // Bad options fail on every rank alike, before any collective call.
         let options = options.engine_options().map_err(to_py)?;
         let comm: CommHandle = mpi::comm_from(comm);
-        let (worker, info) = if interruptible {
+        let (worker, info): (Box<dyn Drive>, _) = if interruptible {
             let (w, info) = Worker::open(py, comm, path, options)?;
-            (Driver::Thread(w), info)
+            (Box::new(w), info)
         } else {
             let (w, info) = Inline::open(py, comm, path, options)?;
-            (Driver::Inline(w), info)
+            (Box::new(w), info)
         };
         Ok(Engine {
             worker,

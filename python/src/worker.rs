@@ -9,85 +9,20 @@
 //! stays in flight; the next request first collects its reply (a batch
 //! fetched meanwhile is delivered by the next `next`).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
-use lmdbio::engine::{Counters, Engine, EngineOptions};
+use lmdbio::engine::{Engine, EngineOptions};
 use lmdbio::{Error, Result};
 use pyo3::prelude::*;
 
+use crate::driver::{
+    answer, guarded, internal, reader_closed, BatchData, Drive, OpenInfo, Reply, Request,
+};
+use crate::errors::to_py;
 use crate::mpi::CommHandle;
-
-/// One record of a batch, pointing into the node's shared window.
-#[derive(Clone, Copy)]
-pub struct RecordRef {
-    pub key: (*const u8, usize),
-    pub value: (*const u8, usize),
-    pub ordinal: u64,
-    pub epoch: u64,
-}
-
-// SAFETY: the pointers refer to the node's shared window, mapped for the
-// life of the process (the engine keeps it between engines); reading it
-// from any thread is fine. Whether the bytes are still this batch's is
-// checked by generation before any read (see `batch`).
-unsafe impl Send for RecordRef {}
-unsafe impl Sync for RecordRef {}
-
-pub struct BatchData {
-    pub records: Vec<RecordRef>,
-    pub step: u64,
-    pub epoch: u64,
-    /// Time the engine took to deliver it (`next_batch` and this list).
-    pub engine_seconds: f64,
-}
-
-/// What the engine reported once open.
-#[derive(Clone, Copy, Debug)]
-pub struct OpenInfo {
-    pub rank: usize,
-    pub ranks: usize,
-    pub node_rank: usize,
-    pub node_size: usize,
-    pub records: u64,
-    pub step: u64,
-    pub step_limit: Option<u64>,
-}
-
-impl OpenInfo {
-    pub fn of(engine: &Engine) -> OpenInfo {
-        OpenInfo {
-            rank: engine.rank(),
-            ranks: engine.ranks(),
-            node_rank: engine.node_rank(),
-            node_size: engine.node_size(),
-            records: engine.records(),
-            step: engine.step(),
-            step_limit: engine.step_limit(),
-        }
-    }
-}
-
-pub(crate) enum Request {
-    Next,
-    Cursor,
-    JobCursor,
-    Counters,
-    NodeCounters,
-    StepsForEpochs(u64),
-}
-
-pub enum Reply {
-    Opened(OpenInfo),
-    Batch(BatchData),
-    Bytes(Vec<u8>),
-    Counters(Counters),
-    Count(u64),
-    Closed,
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -123,7 +58,7 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("lmdbio-engine".into())
             .spawn(move || serve(comm, path, options, inbox, outbox))
-            .map_err(|e| crate::errors::to_py(Error::Internal(format!("no engine thread: {e}"))))?;
+            .map_err(|e| to_py(Error::Internal(format!("no engine thread: {e}"))))?;
         let mut worker = Worker {
             requests: Some(requests),
             replies,
@@ -137,103 +72,8 @@ impl Worker {
         }
     }
 
-    pub fn next(&mut self, py: Python<'_>) -> PyResult<BatchData> {
-        let reply = match self.stashed.take() {
-            Some(r) => r.map_err(crate::errors::to_py)?,
-            None => self.ask(py, Request::Next, Kind::Next)?,
-        };
-        match reply {
-            Reply::Batch(b) => Ok(b),
-            _ => Err(internal("next answered with something else")),
-        }
-    }
-
-    pub fn cursor(&mut self, py: Python<'_>, job: bool) -> PyResult<Vec<u8>> {
-        if self.stashed.is_some() {
-            return Err(crate::errors::to_py(Error::InvalidArgument(
-                "a batch fetched when an interrupt arrived was not taken yet: iterate once more before asking for the position".into(),
-            )));
-        }
-        let request = if job {
-            Request::JobCursor
-        } else {
-            Request::Cursor
-        };
-        match self.ask(py, request, Kind::Other)? {
-            Reply::Bytes(b) => Ok(b),
-            _ => Err(internal("cursor answered with something else")),
-        }
-    }
-
-    pub fn counters(&mut self, py: Python<'_>, node: bool) -> PyResult<Counters> {
-        let request = if node {
-            Request::NodeCounters
-        } else {
-            Request::Counters
-        };
-        match self.ask(py, request, Kind::Other)? {
-            Reply::Counters(c) => Ok(c),
-            _ => Err(internal("counters answered with something else")),
-        }
-    }
-
-    /// The first step after the job's first `epochs` epochs (epochs count
-    /// from the job's first, as batches number them).
-    pub fn steps_for_epochs(&mut self, py: Python<'_>, epochs: u64) -> PyResult<u64> {
-        match self.ask(py, Request::StepsForEpochs(epochs), Kind::Other)? {
-            Reply::Count(n) => Ok(n),
-            _ => Err(internal("steps_for_epochs answered with something else")),
-        }
-    }
-
-    /// Closes the engine (collective) and joins the thread.
-    pub fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.requests.take().is_none() {
-            return Ok(());
-        }
-        self.in_flight.push(Kind::Close);
-        while !self.in_flight.is_empty() {
-            // Errors of abandoned requests no longer matter.
-            let _ = self.collect(py);
-        }
-        if let Some(t) = self.thread.take() {
-            py.allow_threads(|| {
-                let _ = t.join();
-            });
-        }
-        Ok(())
-    }
-
-    pub fn is_open(&self) -> bool {
-        self.requests.is_some()
-    }
-
-    fn ask(&mut self, py: Python<'_>, request: Request, kind: Kind) -> PyResult<Reply> {
-        // Replies of interrupted requests come first.
-        while !self.in_flight.is_empty() {
-            let was = self.in_flight[0];
-            let reply = self.collect_result(py)?;
-            if was == Kind::Next {
-                if kind == Kind::Next {
-                    return reply.map_err(crate::errors::to_py);
-                }
-                self.stashed = Some(reply);
-            }
-        }
-        let Some(requests) = &self.requests else {
-            return Err(crate::errors::to_py(Error::InvalidArgument(
-                "the reader is closed".into(),
-            )));
-        };
-        if requests.send(request).is_err() {
-            return Err(internal("the engine thread is gone"));
-        }
-        self.in_flight.push(kind);
-        self.collect(py)
-    }
-
     fn collect(&mut self, py: Python<'_>) -> PyResult<Reply> {
-        self.collect_result(py)?.map_err(crate::errors::to_py)
+        self.collect_result(py)?.map_err(to_py)
     }
 
     /// Waits for the oldest in-flight reply; an exception from a signal
@@ -257,6 +97,68 @@ impl Worker {
     }
 }
 
+impl Drive for Worker {
+    fn ask(&mut self, py: Python<'_>, request: Request) -> PyResult<Reply> {
+        let kind = match request {
+            Request::Next => Kind::Next,
+            _ => Kind::Other,
+        };
+        // Replies of interrupted requests come first.
+        while !self.in_flight.is_empty() {
+            let was = self.in_flight[0];
+            let reply = self.collect_result(py)?;
+            if was == Kind::Next {
+                if kind == Kind::Next {
+                    return reply.map_err(to_py);
+                }
+                self.stashed = Some(reply);
+            }
+        }
+        let Some(requests) = &self.requests else {
+            return Err(reader_closed());
+        };
+        if requests.send(request).is_err() {
+            return Err(internal("the engine thread is gone"));
+        }
+        self.in_flight.push(kind);
+        self.collect(py)
+    }
+
+    fn next(&mut self, py: Python<'_>) -> PyResult<BatchData> {
+        match self.stashed.take() {
+            Some(r) => r.map_err(to_py)?,
+            None => self.ask(py, Request::Next)?,
+        }
+        .into_batch()
+    }
+
+    fn holds_batch(&self) -> bool {
+        self.stashed.is_some()
+    }
+
+    /// Closes the engine (collective) and joins the thread.
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.requests.take().is_none() {
+            return Ok(());
+        }
+        self.in_flight.push(Kind::Close);
+        while !self.in_flight.is_empty() {
+            // Errors of abandoned requests no longer matter.
+            let _ = self.collect(py);
+        }
+        if let Some(t) = self.thread.take() {
+            py.allow_threads(|| {
+                let _ = t.join();
+            });
+        }
+        Ok(())
+    }
+
+    fn is_open(&self) -> bool {
+        self.requests.is_some()
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // Closing is collective; a reader dropped without `close` closes
@@ -268,19 +170,6 @@ impl Drop for Worker {
             }
         }
     }
-}
-
-fn internal(what: &str) -> PyErr {
-    crate::errors::to_py(Error::Internal(what.into()))
-}
-
-/// Runs `f`, turning a panic into an error: none crosses into Python.
-pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(Error::Internal(
-            "a panic was caught in the engine thread".into(),
-        ))
-    })
 }
 
 fn serve(
@@ -314,38 +203,4 @@ fn serve(
         Ok(())
     });
     let _ = outbox.send(closed.map(|()| Reply::Closed));
-}
-
-pub(crate) fn answer(engine: &mut Engine, request: Request) -> Result<Reply> {
-    Ok(match request {
-        Request::Next => {
-            let started = Instant::now();
-            let batch = engine.next_batch()?;
-            let records = batch
-                .records()
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let (k, v) = (batch.key(i), batch.value(i));
-                    RecordRef {
-                        key: (k.as_ptr(), k.len()),
-                        value: (v.as_ptr(), v.len()),
-                        ordinal: r.ordinal,
-                        epoch: r.epoch,
-                    }
-                })
-                .collect();
-            Reply::Batch(BatchData {
-                records,
-                step: batch.step,
-                epoch: batch.epoch(),
-                engine_seconds: started.elapsed().as_secs_f64(),
-            })
-        }
-        Request::Cursor => Reply::Bytes(engine.cursor()?.encode()),
-        Request::JobCursor => Reply::Bytes(engine.job_cursor()?.encode()),
-        Request::Counters => Reply::Counters(engine.counters()),
-        Request::NodeCounters => Reply::Counters(engine.node_counters()?),
-        Request::StepsForEpochs(e) => Reply::Count(engine.schedule().steps_for_epochs(e)),
-    })
 }
