@@ -191,6 +191,37 @@ fn write_txn(env: &lmdb::Environment, rng: &mut kit::Rng, count: usize, fixed: b
     txn.commit().unwrap();
 }
 
+/// Commits write transactions (as `write_txn`) until the job ends, for
+/// at most a minute; returns the job's output and how many commits ran
+/// while it did.
+fn write_until_it_ends(env: &lmdb::Environment, rng: &mut kit::Rng, job: Child) -> (Output, usize) {
+    let (mut job, started, mut commits) = (job, Instant::now(), 0);
+    while job.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
+        write_txn(env, rng, 20, false);
+        commits += 1;
+    }
+    (job.wait_with_output().unwrap(), commits)
+}
+
+/// Requires that a job whose database changed under it failed saying so
+/// (and `says`), having delivered only `snapshot`'s records before.
+fn assert_change_detected(
+    out: &Output,
+    trace: &Path,
+    snapshot: &HashMap<String, String>,
+    how: &str,
+    says: &[&str],
+) {
+    let err = stderr(out);
+    assert!(!out.status.success(), "{how}: the change went unnoticed");
+    assert!(
+        err.contains("the database changed during the job") && says.iter().all(|s| err.contains(s)),
+        "{how}: {err}"
+    );
+    let (records, wrong) = traced(trace, snapshot);
+    assert_eq!(wrong, 0, "{how}: {wrong} of {records} records wrong");
+}
+
 fn writer(dir: &Path) -> lmdb::Environment {
     lmdb::Environment::new()
         .set_map_size(1 << 30)
@@ -246,13 +277,8 @@ fn liblmdb_writers_keep_the_jobs_snapshot_and_reuse_its_pages_after() {
     // reads: without the slot these reuse the snapshot's pages.
     let env = writer(&fx.path);
     let mut rng = kit::Rng::new(7);
-    let (grown_from, started) = (size(&fx.data_file()), Instant::now());
-    let mut commits = 0;
-    while job.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
-        write_txn(&env, &mut rng, 20, false);
-        commits += 1;
-    }
-    let out = job.wait_with_output().unwrap();
+    let grown_from = size(&fx.data_file());
+    let (out, commits) = write_until_it_ends(&env, &mut rng, job);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(commits >= 10, "only {commits} commits during the job");
@@ -334,7 +360,7 @@ fn without_a_usable_lock_file_a_writer_is_detected_and_nothing_wrong_delivered()
         let snapshot = dump(&fx.path);
         let says = spoil_lock_file(&fx.path, how);
         let trace = TempDir::new().unwrap();
-        let mut job = start_job(&fx.path, trace.path(), 25);
+        let job = start_job(&fx.path, trace.path(), 25);
         // Its slot refused at open, before the data file is opened; then
         // liblmdb makes (or resets) the lock file, without the job in it.
         let data = std::fs::canonicalize(fx.data_file()).unwrap();
@@ -349,21 +375,9 @@ fn without_a_usable_lock_file_a_writer_is_detected_and_nothing_wrong_delivered()
             .iter()
             .any(|r| comm(r.0) == "lmdbio"));
         let mut rng = kit::Rng::new(20 + i as u64);
-        let started = Instant::now();
-        while job.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
-            write_txn(&env, &mut rng, 20, false);
-        }
-        let out = job.wait_with_output().unwrap();
-        let err = stderr(&out);
-        assert!(!out.status.success(), "{how}: the change went unnoticed");
-        assert!(
-            err.contains("the database changed during the job")
-                && err.contains("lmdbio holds no reader slot")
-                && err.contains(says),
-            "{how}: {err}"
-        );
-        let (records, wrong) = traced(trace.path(), &snapshot);
-        assert_eq!(wrong, 0, "{how}: {wrong} of {records} records wrong");
+        let (out, _) = write_until_it_ends(&env, &mut rng, job);
+        let says = ["lmdbio holds no reader slot", says];
+        assert_change_detected(&out, trace.path(), &snapshot, how, &says);
     }
 }
 
@@ -462,18 +476,7 @@ fn a_slot_taken_away_or_a_writer_without_the_lock_file_is_detected() {
             .open(&fx.path)
             .unwrap();
         let mut rng = kit::Rng::new(30 + i as u64);
-        let started = Instant::now();
-        while job.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
-            write_txn(&env, &mut rng, 20, false);
-        }
-        let out = job.wait_with_output().unwrap();
-        let err = stderr(&out);
-        assert!(!out.status.success(), "{how}: the change went unnoticed");
-        assert!(
-            err.contains("the database changed during the job") && err.contains(says),
-            "{how}: {err}"
-        );
-        let (records, wrong) = traced(trace.path(), &snapshot);
-        assert_eq!(wrong, 0, "{how}: {wrong} of {records} records wrong");
+        let (out, _) = write_until_it_ends(&env, &mut rng, job);
+        assert_change_detected(&out, trace.path(), &snapshot, how, &[says]);
     }
 }
