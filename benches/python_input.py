@@ -18,12 +18,16 @@ Methods:
 import argparse
 import json
 import os
+import sys
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 import lmdbio
+
+# The py-lmdb baseline is the tests' reference reader (imported by the
+# methods that use it: py-lmdb need not be installed for the others).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
 
 COMM = MPI.COMM_WORLD
 
@@ -48,62 +52,10 @@ def evict(db, everything=False):
     COMM.barrier()
 
 
-def parse_datum(buf):
-    """Raw uint8 Datum -> (C×H×W array, label), in numpy (the usual way
-    without Caffe's protobuf module)."""
-    fields, at, n = {}, 0, len(buf)
-    while at < n:
-        tag, at = _varint(buf, at)
-        if tag & 7 == 0:
-            fields[tag >> 3], at = _varint(buf, at)
-        else:
-            size, at = _varint(buf, at)
-            fields[tag >> 3] = buf[at: at + size]
-            at += size
-    shape = (fields[1], fields[2], fields[3])
-    return np.frombuffer(fields[4], np.uint8).reshape(shape), fields.get(5, 0)
-
-
-def _varint(buf, at):
-    value = shift = 0
-    while True:
-        b = buf[at]
-        at += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, at
-
-
-class PyLmdbDataset:
-    """A map-style torch Dataset (duck-typed: torch is imported only by the
-    methods that need it)."""
-
-    def __init__(self, path, keys):
-        self.path, self.keys, self.env = path, keys, None
-
-    def __len__(self):
-        return len(self.keys)
-
-    def __getitem__(self, i):
-        import lmdb
-        import torch
-
-        if self.env is None:
-            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False,
-                                 max_readers=512)
-        with self.env.begin(buffers=True) as txn:
-            image, label = parse_datum(txn.get(self.keys[i]))
-        return torch.from_numpy(image.copy()), label
-
-
 def my_keys(db):
-    import lmdb
+    from pylmdb_reference import all_keys
 
-    env = lmdb.open(db, readonly=True, lock=False)
-    with env.begin() as txn:
-        keys = list(txn.cursor().iternext(values=False))
-    env.close()
+    keys = all_keys(db)
     n, p, r = len(keys), COMM.size, COMM.rank
     start = r * (n // p) + min(r, n % p)
     return keys[start: start + n // p + (r < n % p)]
@@ -135,10 +87,11 @@ def run_torch(args):
 
 
 def run_pylmdb(args, keys):
+    from pylmdb_reference import PlainLmdbDataset
     from torch.utils.data import DataLoader
 
     records = nbytes = 0
-    loader = DataLoader(PyLmdbDataset(args.db, keys), batch_size=args.batch, shuffle=False,
+    loader = DataLoader(PlainLmdbDataset(args.db, keys), batch_size=args.batch, shuffle=False,
                         num_workers=args.workers)
     for x, y in loader:
         records += len(y)

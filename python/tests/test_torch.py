@@ -10,73 +10,16 @@ import pytest
 import torch
 from mpi4py import MPI
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import lmdbio
 from lmdbio.torch import CaffeDataset, RawDataset
 from conftest import COMM, all_ranks_agree, on_every_rank
+from pylmdb_reference import PlainLmdbDataset, all_keys, parse_datum
 
 # Ranks share the machine's cores; one thread each keeps them from
 # fighting over them.
 torch.set_num_threads(1)
-
-
-def parse_datum(buf):
-    """A reference Datum parser in plain Python (uint8 data only)."""
-    fields, at = {}, 0
-
-    def varint():
-        nonlocal at
-        value = shift = 0
-        while True:
-            b = buf[at]
-            at += 1
-            value |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return value
-
-    while at < len(buf):
-        tag = varint()
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            fields[field] = varint()
-        elif wire == 2:
-            n = varint()
-            fields[field] = buf[at: at + n]
-            at += n
-        else:
-            raise ValueError(f"wire type {wire}")
-    shape = (fields[1], fields[2], fields[3])
-    label = fields.get(5, 0)
-    label = label - (1 << 64) if label >= 1 << 63 else label
-    return np.frombuffer(fields[4], np.uint8).reshape(shape), label
-
-
-class PlainLmdbDataset(Dataset):
-    """How PyTorch users read LMDB today: py-lmdb, txn.get per sample,
-    the environment opened lazily in each worker."""
-
-    def __init__(self, path, keys):
-        self.path, self.keys, self.env = path, keys, None
-
-    def __len__(self):
-        return len(self.keys)
-
-    def __getitem__(self, i):
-        if self.env is None:
-            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False)
-        with self.env.begin() as txn:
-            image, label = parse_datum(txn.get(self.keys[i]))
-        return torch.from_numpy(image.copy()), label
-
-
-def all_keys(path):
-    env = lmdb.open(path, readonly=True, lock=False)
-    with env.begin() as txn:
-        keys = [bytes(k) for k, _ in txn.cursor()]
-    env.close()
-    return keys
 
 
 def test_caffe_dataset_yields_decoded_batches_in_key_order(mnist_db):
