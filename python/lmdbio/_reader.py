@@ -141,14 +141,11 @@ class Reader:
     def _open(self, state, repartition):
         job_cursor = None if state is None else _job_cursor_of(state)
         if self._torchrun is not None:
-            o = self._options
             rank, ranks = self._torchrun
+            # Options of the node (window, readers, stage) have no use here.
             self._engine = _lmdbio._LocalEngine(
                 self._path, self._batch_size, rank, ranks, job_cursor=job_cursor,
-                repartition=bool(repartition), epochs=o["epochs"],
-                shuffle_seed=o["shuffle_seed"], shuffle_chunk=o["shuffle_chunk"],
-                shuffle_mode=o["shuffle_mode"], partition=o["partition"], tail=o["tail"],
-                subdb=o["subdb"])
+                repartition=bool(repartition), **self._options)
             return
         o = self._options
         key = (o["ranks_per_node"], o["readers_per_node"], o["window_bytes"], o["direct_io"])

@@ -19,6 +19,7 @@ mod reader;
 mod worker;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use errors::to_py;
 
@@ -62,29 +63,16 @@ fn comm_rank_size(comm: Option<i128>) -> PyResult<(usize, usize)> {
 /// options and maps the window's memory ahead (the C ABI's
 /// `lmdbio_prepare`). Collective over the communicator.
 #[pyfunction]
-#[pyo3(signature = (comm=None, *, batch_size=64, ranks_per_node=None, readers_per_node=None,
-    window_bytes=None, direct_io=None))]
+#[pyo3(signature = (comm=None, *, batch_size=64, **options))]
 fn prepare(
     py: Python<'_>,
     comm: Option<i128>,
     batch_size: usize,
-    ranks_per_node: Option<usize>,
-    readers_per_node: Option<usize>,
-    window_bytes: Option<usize>,
-    direct_io: Option<String>,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<()> {
-    let options = options::PyOptions {
-        batch_size,
-        partition: "contiguous".into(),
-        tail: "short".into(),
-        ranks_per_node,
-        readers_per_node,
-        window_bytes,
-        direct_io,
-        ..Default::default()
-    }
-    .engine_options()
-    .map_err(to_py)?;
+    let options = options::PyOptions::from_keywords(batch_size, options)?
+        .engine_options()
+        .map_err(to_py)?;
     let c = mpi::comm_from(comm);
     py.allow_threads(move || {
         let c = c;

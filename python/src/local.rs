@@ -20,7 +20,7 @@ use lmdbio::schedule::Schedule;
 use lmdbio::values::{read_values, ValueBatch};
 use lmdbio::{CoalesceOptions, Database, Error, FileSource, IndexOptions, RecordIndex, Result};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::batch::{Batch, Generation};
 use crate::driver::{guarded, reader_closed, BatchData, RecordRef};
@@ -216,40 +216,18 @@ impl LocalEngine {
 
 #[pymethods]
 impl LocalEngine {
+    /// `options`: see `PyOptions` (those of the node are not used).
     #[new]
-    #[pyo3(signature = (path, batch_size, rank, ranks, *, epochs=None, shuffle_seed=None,
-        shuffle_chunk=None, partition="contiguous".to_string(), tail="short".to_string(),
-        subdb=None, job_cursor=None, repartition=false, shuffle_mode=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (path, batch_size, rank, ranks, **options))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         batch_size: usize,
         rank: usize,
         ranks: usize,
-        epochs: Option<u64>,
-        shuffle_seed: Option<u64>,
-        shuffle_chunk: Option<u64>,
-        partition: String,
-        tail: String,
-        subdb: Option<String>,
-        job_cursor: Option<Vec<u8>>,
-        repartition: bool,
-        shuffle_mode: Option<String>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<LocalEngine> {
-        let options = PyOptions {
-            batch_size,
-            epochs,
-            shuffle_seed,
-            shuffle_chunk,
-            partition,
-            tail,
-            subdb,
-            job_cursor,
-            repartition,
-            shuffle_mode,
-            ..PyOptions::default()
-        };
+        let options = PyOptions::from_keywords(batch_size, options)?;
         let (open, step) = py
             .allow_threads(|| guarded(|| open(path, rank, ranks, &options)))
             .map_err(to_py)?;

@@ -1,21 +1,26 @@
 //! The engine's options under Python names (see `lmdbio.Reader`).
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+
 use lmdbio::cursor::JobCursor;
 use lmdbio::engine::{DirectIo, EngineOptions};
 use lmdbio::order::ShuffleMode;
 use lmdbio::schedule::{Partition, Tail};
 use lmdbio::{Error, Result};
-use std::path::PathBuf;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-/// Options as the Python layer hands them over (already type-checked).
+/// Options as the Python layer hands them over; `None` is the default.
 #[derive(Default)]
 pub struct PyOptions {
     pub batch_size: usize,
     pub epochs: Option<u64>,
     pub shuffle_seed: Option<u64>,
     pub shuffle_chunk: Option<u64>,
-    pub partition: String,
-    pub tail: String,
+    pub partition: Option<String>,
+    pub tail: Option<String>,
     pub ranks_per_node: Option<usize>,
     pub readers_per_node: Option<usize>,
     pub subdb: Option<String>,
@@ -85,12 +90,78 @@ pub fn shuffle_mode(name: &str) -> Result<ShuffleMode> {
     }
 }
 
+/// `value` as the option `name` wants it; a Python `TypeError` naming the
+/// option if it is not.
+fn typed<'py, T: FromPyObject<'py>>(name: &str, value: &Bound<'py, PyAny>) -> PyResult<T> {
+    value
+        .extract()
+        .map_err(|e| PyTypeError::new_err(format!("argument '{name}': {e}")))
+}
+
 impl PyOptions {
+    /// The options `_Engine`, `_LocalEngine` and `prepare` take as
+    /// keywords, under `lmdbio.Reader`'s names; checked by type here and
+    /// by value in [`PyOptions::engine_options`]. `_LocalEngine` has no
+    /// node and uses what it needs.
+    pub fn from_keywords(
+        batch_size: usize,
+        keywords: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyOptions> {
+        let mut o = PyOptions {
+            batch_size,
+            ..PyOptions::default()
+        };
+        let Some(keywords) = keywords else {
+            return Ok(o);
+        };
+        for (key, value) in keywords.iter() {
+            let name: String = key.extract()?;
+            if value.is_none() {
+                continue;
+            }
+            let v = &value;
+            match name.as_str() {
+                "epochs" => o.epochs = Some(typed(&name, v)?),
+                "shuffle_seed" => o.shuffle_seed = Some(typed(&name, v)?),
+                "shuffle_chunk" => o.shuffle_chunk = Some(typed(&name, v)?),
+                "partition" => o.partition = Some(typed(&name, v)?),
+                "tail" => o.tail = Some(typed(&name, v)?),
+                "ranks_per_node" => o.ranks_per_node = Some(typed(&name, v)?),
+                "readers_per_node" => o.readers_per_node = Some(typed(&name, v)?),
+                "subdb" => o.subdb = Some(typed(&name, v)?),
+                "window_bytes" => o.window_bytes = Some(typed(&name, v)?),
+                "prefetch" => o.prefetch = Some(typed(&name, v)?),
+                "collective" => o.collective = Some(typed(&name, v)?),
+                "read_streams" => o.read_streams = Some(typed(&name, v)?),
+                "direct_io" => o.direct_io = Some(typed(&name, v)?),
+                "overlap" => o.overlap = Some(typed(&name, v)?),
+                "hints" => {
+                    let hints: HashMap<String, String> = typed(&name, v)?;
+                    o.hints = hints.into_iter().collect();
+                }
+                "job_cursor" => o.job_cursor = Some(typed(&name, v)?),
+                "repartition" => o.repartition = typed(&name, v)?,
+                "shuffle_mode" => o.shuffle_mode = Some(typed(&name, v)?),
+                "stage" => o.stage = Some(typed(&name, v)?),
+                "stage_budget" => o.stage_budget = Some(typed(&name, v)?),
+                "keep_stage" => o.keep_stage = Some(typed(&name, v)?),
+                "saved_index" => o.saved_index = Some(typed(&name, v)?),
+                "index_cache" => o.index_cache = Some(typed(&name, v)?),
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "unexpected keyword argument '{name}'"
+                    )))
+                }
+            }
+        }
+        Ok(o)
+    }
+
     pub fn engine_options(&self) -> Result<EngineOptions> {
         let mut o = EngineOptions {
             batch: positive(self.batch_size, "batch_size")?,
-            partition: partition(&self.partition)?,
-            tail: tail(&self.tail)?,
+            partition: partition(self.partition.as_deref().unwrap_or("contiguous"))?,
+            tail: tail(self.tail.as_deref().unwrap_or("short"))?,
             ranks_per_node: self.ranks_per_node.filter(|&k| k > 0),
             subdb: self.subdb.clone(),
             epoch_limit: self.epochs,

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use lmdbio::engine::Counters;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::batch::{Batch, Generation};
 use crate::driver::{Drive, OpenInfo};
@@ -36,71 +36,18 @@ pub struct Engine {
 impl Engine {
     /// Opens the engine; collective over the communicator (`comm`: an MPI
     /// handle as an int, or None for MPI_COMM_WORLD). MPI must be
-    /// initialised (see `init_mpi`).
+    /// initialised (see `init_mpi`). `options`: see `PyOptions`.
     #[new]
-    #[pyo3(signature = (path, batch_size, comm=None, *, epochs=None, shuffle_seed=None,
-        shuffle_chunk=None, partition="contiguous".to_string(), tail="short".to_string(),
-        ranks_per_node=None, readers_per_node=None, subdb=None, window_bytes=None,
-        prefetch=None, collective=None, read_streams=None, direct_io=None, overlap=None,
-        hints=None, job_cursor=None, repartition=false, interruptible=true, shuffle_mode=None,
-        stage=None, stage_budget=None, keep_stage=None, saved_index=None, index_cache=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (path, batch_size, comm=None, *, interruptible=true, **options))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         batch_size: usize,
         comm: Option<i128>,
-        epochs: Option<u64>,
-        shuffle_seed: Option<u64>,
-        shuffle_chunk: Option<u64>,
-        partition: String,
-        tail: String,
-        ranks_per_node: Option<usize>,
-        readers_per_node: Option<usize>,
-        subdb: Option<String>,
-        window_bytes: Option<usize>,
-        prefetch: Option<usize>,
-        collective: Option<bool>,
-        read_streams: Option<usize>,
-        direct_io: Option<String>,
-        overlap: Option<bool>,
-        hints: Option<HashMap<String, String>>,
-        job_cursor: Option<Vec<u8>>,
-        repartition: bool,
         interruptible: bool,
-        shuffle_mode: Option<String>,
-        stage: Option<PathBuf>,
-        stage_budget: Option<u64>,
-        keep_stage: Option<bool>,
-        saved_index: Option<bool>,
-        index_cache: Option<PathBuf>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Engine> {
-        let options = PyOptions {
-            batch_size,
-            epochs,
-            shuffle_seed,
-            shuffle_chunk,
-            partition,
-            tail,
-            ranks_per_node,
-            readers_per_node,
-            subdb,
-            window_bytes,
-            prefetch,
-            collective,
-            read_streams,
-            direct_io,
-            overlap,
-            hints: hints.map(|h| h.into_iter().collect()).unwrap_or_default(),
-            job_cursor,
-            repartition,
-            shuffle_mode,
-            stage,
-            stage_budget,
-            keep_stage,
-            saved_index,
-            index_cache,
-        };
+        let options = PyOptions::from_keywords(batch_size, options)?;
         // Bad options fail on every rank alike, before any collective call.
         let options = options.engine_options().map_err(to_py)?;
         let comm: CommHandle = mpi::comm_from(comm);
