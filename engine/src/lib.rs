@@ -67,6 +67,7 @@ use std::sync::Arc;
 pub use batch::{Batch, BatchRecord};
 pub use counters::{Counters, EpochCounters};
 pub use data_file::DirectIo;
+pub use open::job_start;
 pub use options::{
     EngineOptions, DEFAULT_HINTS, DEFAULT_INLINE_PAGES_BYTES, DEFAULT_PREFETCH,
     MACHINE_READ_STREAMS,

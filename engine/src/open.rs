@@ -49,9 +49,32 @@ pub(crate) fn start_point(
     database: DatabaseIdentity,
 ) -> Result<(JobSchedule, EpochOrder, u64)> {
     crate::limits::check_against_database(options, records)?;
+    job_start(
+        options,
+        world.size() as u64,
+        world.rank(),
+        records,
+        value_bytes,
+        database,
+    )
+}
+
+/// The schedule, epoch order and step to start from of rank `rank` of a
+/// job of `ranks` ranks over a database of `records` records holding
+/// `value_bytes` bytes of values: worked out by each rank alone, the same
+/// on all, so also by readers without MPI (the Python reader under
+/// `torchrun`).
+pub fn job_start(
+    options: &EngineOptions,
+    ranks: u64,
+    rank: usize,
+    records: u64,
+    value_bytes: u64,
+    database: DatabaseIdentity,
+) -> Result<(JobSchedule, EpochOrder, u64)> {
     let schedule = Schedule::new(
         records,
-        world.size() as u64,
+        ranks,
         options.batch as u64,
         options.partition,
         options.tail,
@@ -66,7 +89,7 @@ pub(crate) fn start_point(
         }
         .normalized()
     });
-    let (schedule, step) = resume_point(options, schedule, shuffle, database, world.rank())?;
+    let (schedule, step) = resume_point(options, schedule, shuffle, database, rank)?;
     Ok((schedule, EpochOrder::new(records, shuffle), step))
 }
 

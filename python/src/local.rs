@@ -14,9 +14,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use lmdbio::cursor::{Cursor, DatabaseIdentity, JobCursor};
-use lmdbio::order::{EpochOrder, Shuffle};
-use lmdbio::resume::{self, JobSchedule};
-use lmdbio::schedule::Schedule;
+use lmdbio::order::EpochOrder;
+use lmdbio::resume::JobSchedule;
 use lmdbio::values::{read_values, ValueBatch};
 use lmdbio::{CoalesceOptions, Database, Error, FileSource, IndexOptions, RecordIndex, Result};
 use pyo3::prelude::*;
@@ -77,35 +76,14 @@ fn open(path: PathBuf, rank: usize, ranks: usize, o: &PyOptions) -> Result<(Open
         page_size: db.page_size(),
         digest: db.identity_digest(&tree),
     };
-    let base = Schedule::new(
-        records,
+    let (schedule, order, step) = lmdbio::engine::job_start(
+        &options,
         ranks as u64,
-        options.batch as u64,
-        options.partition,
-        options.tail,
-    );
-    // As the engine sizes its shuffle (see lmdbio::engine).
-    let shuffle = options.shuffle_seed.map(|seed| {
-        let sized = Shuffle::with_default_sizes(seed, records, index.value_bytes());
-        Shuffle {
-            chunk: options.shuffle_chunk.unwrap_or(sized.chunk),
-            window_chunks: options.shuffle_window_chunks,
-            mode: options.shuffle_mode_in_use(),
-            ..sized
-        }
-        .normalized()
-    });
-    let (schedule, step) = match &options.resume_job {
-        Some(job) => resume::from_job_cursor(
-            job,
-            base,
-            shuffle,
-            database,
-            rank as u64,
-            options.repartition,
-        )?,
-        None => (JobSchedule::plain(base), 0),
-    };
+        rank,
+        records,
+        index.value_bytes(),
+        database,
+    )?;
     let step_limit = options
         .epoch_limit
         .map(|epochs| schedule.steps_for_epochs(epochs));
@@ -114,7 +92,7 @@ fn open(path: PathBuf, rank: usize, ranks: usize, o: &PyOptions) -> Result<(Open
             db,
             index,
             schedule,
-            order: EpochOrder::new(records, shuffle),
+            order,
             database,
             coalesce: options.coalesce,
             step_limit,
