@@ -588,19 +588,19 @@ pub fn read_file(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// `mpiexec -n N PROGRAM` under a 60-second limit, for the MPI named by
-/// `LMDBIO_MPIEXEC` (default `mpiexec.mpich`; Open MPI:
-/// `mpiexec.openmpi --oversubscribe`). Add the program's arguments.
+/// `mpiexec -n N PROGRAM` under a 60-second limit (see [`load_scaled`]),
+/// for the MPI named by `LMDBIO_MPIEXEC` (default `mpiexec.mpich`; Open
+/// MPI: `mpiexec.openmpi --oversubscribe`). Add the program's arguments.
 pub fn mpiexec(n: usize, program: &Path) -> Command {
     mpiexec_within(n, program, 60)
 }
 
-/// As [`mpiexec`], killed after `seconds` instead of 60.
+/// As [`mpiexec`], killed after `seconds` (scaled) instead of 60.
 pub fn mpiexec_within(n: usize, program: &Path, seconds: u64) -> Command {
     let launcher = std::env::var("LMDBIO_MPIEXEC").unwrap_or_else(|_| "mpiexec.mpich".into());
     let mut words = launcher.split_whitespace();
     let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "5", &seconds.to_string()])
+    cmd.args(["-k", "5", &load_scaled(seconds).to_string()])
         .arg(words.next().unwrap_or("mpiexec.mpich"))
         .args(words);
     if launcher.contains("openmpi") {
@@ -609,6 +609,20 @@ pub fn mpiexec_within(n: usize, program: &Path, seconds: u64) -> Command {
     }
     cmd.arg("-n").arg(n.to_string()).arg(program);
     cmd
+}
+
+/// A time limit of `seconds` on an idle machine, stretched by how busy
+/// this one is: the one-minute load average per core, between 1 and 5
+/// times. A limit is there to catch a hang; on a machine shared with
+/// other builds a healthy run of many ranks on two cores can take several
+/// times as long, and a hang still ends within five limits.
+pub fn load_scaled(seconds: u64) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let load: f64 = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    (seconds as f64 * (load / cores).clamp(1.0, 5.0)).ceil() as u64
 }
 
 /// Runs a command built by [`mpiexec`]; a run that hit the time limit
