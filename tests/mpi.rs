@@ -34,9 +34,9 @@ fn bench_json(n: usize, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
-/// Held by every test that drops the page cache (`--cold` writes
-/// `/proc/sys/vm/drop_caches`, which empties it for the whole machine) or
-/// depends on what it holds, since the tests of this file run at once.
+/// Held by every test that drops the page cache (`--cold`) or depends on
+/// what it holds, since the tests of this file run at once. (Other
+/// processes on the machine are not held off: see the direct-reads test.)
 fn page_cache_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -319,27 +319,54 @@ fn direct_reads_deliver_the_same_records_and_follow_the_page_cache() {
         let (direct, _) = counts(k, &["--direct-io", "never", "--cold"]);
         assert_eq!(direct, 0.0, "never, {k} per node");
     }
+    // What auto reads directly depends on two things of the whole
+    // machine's, which other jobs on it change: what the page cache holds
+    // (another job's drop_caches, as benches/index_build.rs does, or
+    // memory pressure empties it) and whether the kernel finds huge pages
+    // (fragmented memory). A run is repeated, a few times at most, only
+    // where that state has been shown to differ from what the check wants.
+    const TRIES: usize = 3;
+    let file_len = data.metadata().unwrap().len();
+    // Direct reads leave cached pages in the cache, so a file still whole
+    // in it after a run was whole during it.
+    let whole_in_cache =
+        || lmdbio::page_cache::cached_bytes(&data, 0, file_len).is_some_and(|c| c >= file_len);
     // Auto (the default): a file the cache holds is read through it ...
-    std::fs::read(fx.data_file()).unwrap();
     for extra in [&["--direct-io", "auto"][..], &[]] {
-        let (direct, values) = counts("1", extra);
-        assert!(
-            values > 0.0 && direct == 0.0,
-            "{extra:?}, cached: {direct} of {values}"
-        );
+        for tried in 1.. {
+            std::fs::read(fx.data_file()).unwrap();
+            let (direct, values) = counts("1", extra);
+            assert!(values > 0.0, "{extra:?}, cached: no value reads");
+            if direct == 0.0 {
+                break;
+            }
+            assert!(
+                tried < TRIES && !whole_in_cache(),
+                "{extra:?}, cached: {direct} of {values} read directly (try {tried})"
+            );
+            eprintln!("{extra:?}: the file left the page cache during the run; again");
+        }
     }
     // ... and one it does not hold, around it, where the kernel can say
     // and gives huge pages, whether the window is shared or not.
+    let huge_pages_now =
+        || lmdbio::huge_pages::StagingBuffer::new(lmdbio::huge_pages::HUGE_PAGE).is_some();
     for k in ["1", "2"] {
         for extra in [&["--direct-io", "auto", "--cold"][..], &["--cold"]] {
-            let (direct, values) = counts(k, extra);
-            if !cachestat {
-                assert_eq!(direct, 0.0, "{extra:?}, {k} per node, no cachestat");
-            } else if huge_pages {
+            for tried in 1.. {
+                let (direct, values) = counts(k, extra);
+                if !cachestat {
+                    assert_eq!(direct, 0.0, "{extra:?}, {k} per node, no cachestat");
+                }
+                if !cachestat || !huge_pages || direct > 0.0 {
+                    break;
+                }
                 assert!(
-                    direct > 0.0,
-                    "{extra:?}, {k} per node: {direct} of {values}"
+                    tried < TRIES && !huge_pages_now(),
+                    "{extra:?}, {k} per node: {direct} of {values} (try {tried})"
                 );
+                eprintln!("{extra:?}, {k} per node: the kernel gives no huge pages now; again");
+                std::thread::sleep(std::time::Duration::from_secs(1));
             }
         }
     }
