@@ -15,7 +15,8 @@ use std::process::{Command, Output};
 
 use lmdbio_testkit as kit;
 
-const TIMEOUT_SECONDS: &str = "120";
+/// Limit of a `caffe train` run; see [`kit::load_scaled`].
+const TIMEOUT_SECONDS: u64 = 120;
 
 /// The preloadable library of this build, or `None` (with a message) when
 /// Caffe or the plugin is missing and that is allowed.
@@ -183,7 +184,8 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: 
 /// `caffe train` in one process (no launcher), bounded in time.
 fn train(plugin: &Path, mode: Mode, solver: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "5", TIMEOUT_SECONDS, "caffe", "train"])
+    let limit = kit::load_scaled(TIMEOUT_SECONDS).to_string();
+    cmd.args(["-k", "5", &limit, "caffe", "train"])
         .arg(format!("--solver={}", solver.display()));
     if mode != Mode::Stock {
         cmd.env("LD_PRELOAD", plugin);
@@ -197,7 +199,8 @@ fn train(plugin: &Path, mode: Mode, solver: &Path, env: &[(&str, &str)]) -> Outp
 /// `caffe train` under `mpiexec -n ranks` with the plugin preloaded into
 /// caffe only (not into the launcher).
 fn train_mpi(plugin: &Path, ranks: usize, solver: &Path, env: &[(&str, &str)]) -> Output {
-    let mut cmd = kit::mpiexec(ranks, Path::new("env"));
+    // Several processes share the cores: more time than one.
+    let mut cmd = kit::mpiexec_within(ranks, Path::new("env"), TIMEOUT_SECONDS + 30);
     cmd.arg(format!("LD_PRELOAD={}", plugin.display()));
     for (k, v) in env {
         cmd.arg(format!("{k}={v}"));
@@ -608,6 +611,14 @@ fn a_fatal_entry_is_found_inside_another_ranks_line() {
     assert_eq!(glog_fatal("I1124 08:02:04 Found nothing Fatal here"), None);
 }
 
+/// The text of every glog file in `dir`.
+fn glog_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .collect()
+}
+
 #[test]
 fn damaged_databases_end_the_run_with_a_message() {
     let Some(plugin) = plugin() else { return };
@@ -658,17 +669,25 @@ fn damaged_databases_end_the_run_with_a_message() {
             max_iter: 12,
         };
         let solver = write_solver(work.path(), &format!("bad_{i}"), mode, &spec);
-        let out = if ranks == 1 {
-            train(&plugin, mode, &solver, &[])
-        } else {
-            train_mpi(&plugin, ranks, &solver, &[])
-        };
+        // Each process's own glog files, beside what reaches stderr: a
+        // rank's last lines go through the launcher, which may drop them
+        // when another rank's MPI_Abort ends the job first; glog writes the
+        // FATAL entry to its file before the failure function runs.
+        let glog_dir = work.path().join(format!("glog_{i}"));
+        std::fs::create_dir_all(&glog_dir).unwrap();
+        let env = [("GLOG_log_dir", glog_dir.to_str().unwrap())];
+        let out = train_on(&plugin, ranks, &solver, &env);
         let log = log_of(&out);
         let what = format!("{mode:?} on {ranks} rank(s) reading {}", db.display());
         assert!(!out.status.success(), "{what} succeeded:\n{log}");
-        let fatal = log
-            .lines()
-            .find_map(|l| glog_fatal(l).filter(|f| f.contains(expect)))
+        let fatal = std::iter::once(log.clone())
+            .chain(glog_files(&glog_dir))
+            .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
+            .find_map(|l| {
+                glog_fatal(&l)
+                    .filter(|f| f.contains(expect))
+                    .map(str::to_owned)
+            })
             .unwrap_or_else(|| panic!("{what}: no fatal log line with {expect:?}:\n{log}"));
         eprintln!("{what}: {fatal}");
         assert!(
@@ -681,9 +700,12 @@ fn damaged_databases_end_the_run_with_a_message() {
         );
         if ranks > 1 && db == bad_record.as_path() {
             // Only rank 1 failed; the plugin's glog failure function ended
-            // the job instead of leaving rank 0 waiting.
+            // the job instead of leaving rank 0 waiting. It says so on
+            // stderr before its MPI_Abort, the only one in the plugin;
+            // Open MPI's launcher also names the rank that called it.
             assert!(
-                log.contains("libcaffe_lmdbio: rank 1 failed"),
+                log.contains("libcaffe_lmdbio: rank 1 failed")
+                    || log.contains("MPI_ABORT was invoked on rank 1 "),
                 "{what}: rank 1 did not end the job:\n{log}"
             );
         }
@@ -803,16 +825,10 @@ fn write_parallel_solver(dir: &Path, name: &str, run: &ParallelRun) -> PathBuf {
 /// launcher when 1), with the plugin preloaded.
 fn train_on(plugin: &Path, ranks: usize, solver: &Path, env: &[(&str, &str)]) -> Output {
     if ranks == 1 {
-        return train(plugin, Mode::ZeroChange, solver, env);
+        train(plugin, Mode::ZeroChange, solver, env)
+    } else {
+        train_mpi(plugin, ranks, solver, env)
     }
-    let mut cmd = kit::mpiexec_within(ranks, Path::new("env"), 150);
-    cmd.arg(format!("LD_PRELOAD={}", plugin.display()));
-    for (k, v) in env {
-        cmd.arg(format!("{k}={v}"));
-    }
-    cmd.args(["caffe", "train"])
-        .arg(format!("--solver={}", solver.display()));
-    kit::run_bounded(cmd)
 }
 
 /// The test accuracies Caffe printed, in order.
