@@ -741,6 +741,19 @@ fn traces_by_rank(dir: &Path, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Requires that each of `n` ranks traced in the `parts` of a stopped and
+/// resumed job, one after another, exactly what it traced in `whole`, the
+/// job run without a stop.
+fn assert_resumed_as_whole(whole: &Path, parts: &[&Path], n: usize, what: &str) {
+    let whole = traces_by_rank(whole, n);
+    let parts: Vec<Vec<String>> = parts.iter().map(|p| traces_by_rank(p, n)).collect();
+    for r in 0..n {
+        assert!(parts.iter().all(|p| !p[r].is_empty()), "{what}: rank {r}");
+        let joined: String = parts.iter().map(|p| p[r].as_str()).collect();
+        assert!(joined == whole[r], "{what}: rank {r} resumed differently");
+    }
+}
+
 fn bench_into(fx: &kit::Fixture, n: usize, trace: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["--trace", trace.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -792,18 +805,7 @@ fn interrupted_and_resumed_run_equals_an_uninterrupted_one() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let (a, b, c) = (
-            traces_by_rank(&whole, 3),
-            traces_by_rank(&first, 3),
-            traces_by_rank(&rest, 3),
-        );
-        for r in 0..3 {
-            assert!(!b[r].is_empty() && !c[r].is_empty());
-            assert!(
-                format!("{}{}", b[r], c[r]) == a[r],
-                "{partition}: rank {r} resumed differently"
-            );
-        }
+        assert_resumed_as_whole(&whole, &[&first, &rest], 3, partition);
     }
 }
 
@@ -1109,18 +1111,12 @@ fn a_repartitioned_job_resumes_exactly_on_its_own_rank_count() {
         ),
     );
     bench_ok(&fx, 2, &path("b"), &with(&common, &["--resume", &second]));
-    let (whole, a, b) = (
-        traces_by_rank(&path("whole"), 2),
-        traces_by_rank(&path("a"), 2),
-        traces_by_rank(&path("b"), 2),
+    assert_resumed_as_whole(
+        &path("whole"),
+        &[&path("a"), &path("b")],
+        2,
+        "repartitioned",
     );
-    for r in 0..2 {
-        assert!(!a[r].is_empty() && !b[r].is_empty());
-        assert!(
-            format!("{}{}", a[r], b[r]) == whole[r],
-            "rank {r} resumed differently"
-        );
-    }
     // A re-partitioned job's rank cursors need its job cursor: a bare rank
     // cursor of it names the remainder it cannot describe.
     let bytes = std::fs::read(&second).unwrap();
@@ -1301,18 +1297,12 @@ fn global_shuffle_is_one_permutation_over_all_ranks_and_resumes_exactly() {
         &["--stop-after", "11", "--save-cursor", &cursor],
     );
     run(3, "rest", &["--resume", &cursor]);
-    let (whole, first, rest) = (
-        traces_by_rank(&path("whole-3"), 3),
-        traces_by_rank(&path("first"), 3),
-        traces_by_rank(&path("rest"), 3),
+    assert_resumed_as_whole(
+        &path("whole-3"),
+        &[&path("first"), &path("rest")],
+        3,
+        "global",
     );
-    for r in 0..3 {
-        assert!(!first[r].is_empty() && !rest[r].is_empty());
-        assert!(
-            format!("{}{}", first[r], rest[r]) == whole[r],
-            "rank {r} resumed differently"
-        );
-    }
     // A cursor of the global order does not resume the chunked one.
     let mut wrong = chunked.clone();
     wrong.extend_from_slice(&["--resume", &cursor]);

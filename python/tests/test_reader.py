@@ -259,16 +259,20 @@ def test_state_of_another_database_is_refused(layouts):
         lmdbio.Reader(layouts["overflow"][0], 8, state=state)
 
 
-@pytest.mark.skipif(COMM.size < 2, reason="needs a rank to wait for")
-def test_ctrl_c_interrupts_a_wait_promptly(layouts):
-    """Rank 0 waits for a late rank; SIGINT raises KeyboardInterrupt within
-    a fraction of a second, and the batch it was waiting for comes next."""
-    path = layouts["small"][0]
-    with lmdbio.Reader(path, 16, epochs=1, partition="contiguous") as r:
+def interrupt_a_wait(layout, signal_after, late_by, **options):
+    """Rank 0 reads one epoch of `layout` while the other ranks start
+    `late_by` seconds late, and gets SIGINT `signal_after` seconds into its
+    wait for them; every rank then reads the rest. Requires the interrupt
+    to raise KeyboardInterrupt on rank 0 and every record to come once:
+    the batch rank 0 was waiting for when the interrupt came is delivered
+    by its next step. Returns the seconds rank 0 took to be interrupted
+    (None on the others)."""
+    path, _, records = layout
+    with lmdbio.Reader(path, 16, epochs=1, **options) as r:
         seen = [bytes(k) for k, _ in next(r)]
         interrupted_after = None
         if COMM.rank == 0:
-            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+            timer = threading.Timer(signal_after, os.kill, (os.getpid(), signal.SIGINT))
             started = time.monotonic()
             timer.start()
             with pytest.raises(KeyboardInterrupt):
@@ -277,13 +281,19 @@ def test_ctrl_c_interrupts_a_wait_promptly(layouts):
                     seen += [bytes(k) for k, _ in next(r)]
             interrupted_after = time.monotonic() - started
         else:
-            time.sleep(3)
+            time.sleep(late_by)
         seen += [k for _, k, _ in read_epochs(r)]
-    assert interrupted_after is None or interrupted_after < 1.5
-    # Nothing lost or repeated: the batch rank 0 was waiting for when the
-    # interrupt came was delivered by its next step.
     everyone = sorted(k for part in on_every_rank(seen) for k in part)
-    assert all_ranks_agree(everyone == sorted(layouts["small"][2]))
+    assert all_ranks_agree(everyone == sorted(records))
+    return interrupted_after
+
+
+@pytest.mark.skipif(COMM.size < 2, reason="needs a rank to wait for")
+def test_ctrl_c_interrupts_a_wait_promptly(layouts):
+    """Rank 0 waits for a late rank; SIGINT raises KeyboardInterrupt within
+    a fraction of a second, and the batch it was waiting for comes next."""
+    after = interrupt_a_wait(layouts["small"], 0.3, 3, partition="contiguous")
+    assert after is None or after < 1.5
 
 
 @pytest.mark.parametrize("partition", PARTITIONS)
@@ -314,24 +324,8 @@ def test_ctrl_c_on_the_callers_thread_acts_after_the_step(layouts):
     """interruptible=False: SIGINT during a wait for a late rank raises
     KeyboardInterrupt once the step completes, and that step's batch comes
     next: nothing lost or repeated."""
-    path = layouts["small"][0]
-    with lmdbio.Reader(path, 16, epochs=1, interruptible=False) as r:
-        seen = [bytes(k) for k, _ in next(r)]
-        interrupted_after = None
-        if COMM.rank == 0:
-            timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-            started = time.monotonic()
-            timer.start()
-            with pytest.raises(KeyboardInterrupt):
-                for _ in range(10_000):
-                    seen += [bytes(k) for k, _ in next(r)]
-            interrupted_after = time.monotonic() - started
-        else:
-            time.sleep(1)
-        seen += [k for _, k, _ in read_epochs(r)]
-    assert interrupted_after is None or 0.5 < interrupted_after < 30
-    everyone = sorted(k for part in on_every_rank(seen) for k in part)
-    assert all_ranks_agree(everyone == sorted(layouts["small"][2]))
+    after = interrupt_a_wait(layouts["small"], 0.2, 1, interruptible=False)
+    assert after is None or 0.5 < after < 30
 
 
 def test_prepare_makes_the_window_ahead(layouts):
