@@ -30,8 +30,11 @@ void abort_job() {
   if (initialized && !finalized) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "libcaffe_lmdbio: rank %d failed (see the F line above); ending every rank\n",
-                 rank);
+    // Through glog (which released its lock before calling this), so that
+    // the note also lands in the rank's own log file: the launcher may drop
+    // the last lines of a rank that ends the job.
+    LOG(ERROR) << "libcaffe_lmdbio: rank " << rank
+               << " failed (see the F line above); ending every rank";
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::abort();
