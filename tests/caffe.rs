@@ -190,6 +190,7 @@ fn train(plugin: &Path, mode: Mode, solver: &Path, env: &[(&str, &str)]) -> Outp
     if mode != Mode::Stock {
         cmd.env("LD_PRELOAD", plugin);
     }
+    cmd.env("GLOG_log_dir", glog_dir_of(solver));
     cmd.envs(env.iter().copied());
     let out = cmd.output().expect("run caffe");
     assert_ne!(out.status.code(), Some(124), "caffe hung: {cmd:?}");
@@ -202,12 +203,20 @@ fn train_mpi(plugin: &Path, ranks: usize, solver: &Path, env: &[(&str, &str)]) -
     // Several processes share the cores: more time than one.
     let mut cmd = kit::mpiexec_within(ranks, Path::new("env"), TIMEOUT_SECONDS + 30);
     cmd.arg(format!("LD_PRELOAD={}", plugin.display()));
+    cmd.arg(format!("GLOG_log_dir={}", glog_dir_of(solver).display()));
     for (k, v) in env {
         cmd.arg(format!("{k}={v}"));
     }
     cmd.args(["caffe", "train"])
         .arg(format!("--solver={}", solver.display()));
     kit::run_bounded(cmd)
+}
+
+/// Caffe's glog files go beside the solver, in the test's own temporary
+/// directory, not by the thousand into /tmp (a later `GLOG_log_dir` in
+/// `env` wins).
+fn glog_dir_of(solver: &Path) -> &Path {
+    solver.parent().unwrap_or(Path::new("."))
 }
 
 fn log_of(out: &Output) -> String {
