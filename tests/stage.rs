@@ -50,11 +50,17 @@ impl Ran {
 /// `lmdbio bench` on `n` ranks, `k` per node, with `--trace` and `--json`;
 /// requires success.
 fn bench(db: &Path, n: usize, k: usize, extra: &[&str]) -> Ran {
+    bench_with(db, n, k, extra, &[])
+}
+
+/// [`bench`] with `env` set for every rank.
+fn bench_with(db: &Path, n: usize, k: usize, extra: &[&str], env: &[(&str, &str)]) -> Ran {
     let scratch = kit::TempDir::new().unwrap();
     let trace = scratch.path().join("trace");
     let json = scratch.path().join("run.json");
     let k = k.to_string();
     let mut cmd = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
+    cmd.envs(env.iter().copied());
     cmd.arg("bench")
         .args(["--trace", trace.to_str().unwrap()])
         .args(["--json", json.to_str().unwrap()])
@@ -387,4 +393,176 @@ fn a_staged_shuffle_without_a_mode_is_the_global_shuffle() {
         default.lines != chunked.lines,
         "the chunked and global orders coincide: the test shows nothing"
     );
+}
+
+/// The stage budget that gives each of `nodes` nodes its share of the
+/// test database's five blocks: partitioned, every block on one node.
+fn share_of_blocks(nodes: usize) -> String {
+    (5usize.div_ceil(nodes) as u64 * (4 << 20)).to_string()
+}
+
+/// Reads every run a node does not hold from the database file.
+const NO_EXCHANGE: (&str, &str) = ("LMDBIO_STAGE_EXCHANGE", "off");
+
+/// A per-epoch column of a bench row.
+fn per_epoch(ran: &Ran, key: &str) -> Vec<f64> {
+    ran.row["per_epoch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[key].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_partitioned_stage_serves_other_nodes_blocks_over_mpi() {
+    let fx = database(312);
+    let oracle = oracle_lines(&fx);
+    let file_len = std::fs::metadata(fx.data_file()).unwrap().len();
+    for (n, k) in [(2usize, 1usize), (4, 2), (4, 1)] {
+        let what = format!("-n {n}, {k} per node");
+        let nodes = n.div_ceil(k);
+        let budget = share_of_blocks(nodes);
+        let stage = kit::TempDir::new().unwrap();
+        let dir = stage.path().to_str().unwrap();
+        let keep = stage_args(dir, &["--stage-budget", &budget, "--keep-stage"]);
+        let first = bench(&fx.path, n, k, &keep);
+        assert_epochs_exact(&first, &oracle, 3, &what);
+        let mut staged = 0;
+        for node in 0..nodes {
+            let node_staged: u64 = manifest_extents(&stage.path().join(format!("node-{node}")))
+                .iter()
+                .map(|e| e.1)
+                .sum();
+            assert!(node_staged < file_len, "{what}: node {node} holds it all");
+            staged += node_staged;
+        }
+        assert_eq!(staged, file_len, "{what}: every block on exactly one node");
+        // The same stage without the exchange: what each node reads of the
+        // file after the first epoch is what it would receive.
+        let alone = bench_with(&fx.path, n, k, &keep, &[NO_EXCHANGE]);
+        assert_epochs_exact(&alone, &oracle, 3, &what);
+        let warm = bench(
+            &fx.path,
+            n,
+            k,
+            &stage_args(dir, &["--stage-budget", &budget]),
+        );
+        assert_epochs_exact(&warm, &oracle, 3, &what);
+        assert_eq!(warm.f("stage_warnings"), 0.0, "{what}: {}", warm.stderr());
+        let (db, remote) = (
+            per_epoch(&warm, "db_bytes_read_per_node"),
+            per_epoch(&warm, "remote_bytes_received_per_node"),
+        );
+        let (stage_read, alone_db, alone_stage) = (
+            per_epoch(&warm, "stage_bytes_read_per_node"),
+            per_epoch(&alone, "db_bytes_read_per_node"),
+            per_epoch(&alone, "stage_bytes_read_per_node"),
+        );
+        for e in 0..3 {
+            assert!(remote[e] > 0.0, "{what}: epoch {e} received nothing");
+            assert_eq!(stage_read[e], alone_stage[e], "{what}: epoch {e}");
+            if e > 0 {
+                assert_eq!(db[e], 0.0, "{what}: epoch {e} read the file");
+                assert_eq!(
+                    remote[e], alone_db[e],
+                    "{what}: epoch {e} received other than the runs of other nodes' blocks"
+                );
+            }
+        }
+        // Epoch 0 reads the tree from the file, and only that.
+        assert!(db[0] < alone_db[0], "{what}");
+    }
+}
+
+#[test]
+fn a_damaged_holder_answers_and_its_runs_come_from_the_file() {
+    let fx = database(313);
+    let oracle = oracle_lines(&fx);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let budget = share_of_blocks(2);
+    let keep = stage_args(dir, &["--stage-budget", &budget, "--keep-stage"]);
+    let first = bench(&fx.path, 2, 1, &keep);
+    assert_epochs_exact(&first, &oracle, 3, "first job");
+    let node0 = stage.path().join("node-0");
+    let data = node0.join("data.stage");
+    let mut bytes = std::fs::read(&data).unwrap();
+    for (at, len) in manifest_extents(&node0) {
+        bytes[(at + len / 2) as usize] ^= 0x5a;
+    }
+    std::fs::write(&data, bytes).unwrap();
+    let again = bench(
+        &fx.path,
+        2,
+        1,
+        &stage_args(dir, &["--stage-budget", &budget]),
+    );
+    assert_epochs_exact(&again, &oracle, 3, "damaged holder");
+    assert!(
+        again.stderr().contains("fail their checksum"),
+        "{}",
+        again.stderr()
+    );
+    // Node 1 is sound: node 0 still receives its blocks.
+    let remote = per_epoch(&again, "remote_bytes_received_per_node");
+    assert!(remote.iter().all(|&r| r > 0.0), "{remote:?}");
+}
+
+#[test]
+fn a_node_without_a_stage_receives_the_blocks_of_the_others() {
+    let fx = database(314);
+    let oracle = oracle_lines(&fx);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    // Node 0's directory cannot be made: a regular file is in its place.
+    std::fs::write(stage.path().join("node-0"), b"not a directory").unwrap();
+    let budget = share_of_blocks(2);
+    let keep = stage_args(dir, &["--stage-budget", &budget, "--keep-stage"]);
+    let first = bench(&fx.path, 4, 2, &keep);
+    assert_epochs_exact(&first, &oracle, 3, "first job");
+    let again = bench(&fx.path, 4, 2, &keep);
+    assert_epochs_exact(&again, &oracle, 3, "one node without a stage");
+    assert_eq!(
+        again.stderr().matches("cannot make the directory").count(),
+        1
+    );
+    let remote = per_epoch(&again, "remote_bytes_received_per_node");
+    assert!(remote.iter().all(|&r| r > 0.0), "{remote:?}");
+}
+
+#[test]
+fn a_cursor_taken_while_nodes_exchange_resumes_exactly() {
+    let fx = database(315);
+    let scratch = kit::TempDir::new().unwrap();
+    let cursor = scratch.path().join("cursor.bin");
+    let cursor = cursor.to_str().unwrap();
+    let common = ["--shuffle", "5", "--shuffle-mode", "global"];
+    let mut plain = vec!["--epochs", "3"];
+    plain.extend_from_slice(&common);
+    let whole = bench(&fx.path, 2, 1, &plain);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let budget = share_of_blocks(2);
+    let mut warm_up = stage_args(dir, &["--stage-budget", &budget, "--keep-stage"]);
+    warm_up.extend_from_slice(&common);
+    bench(&fx.path, 2, 1, &warm_up);
+    // Stopped in the second epoch (43 steps an epoch), resumed after it.
+    let mut stop = warm_up.clone();
+    stop.extend_from_slice(&["--stop-after", "60", "--save-cursor", cursor]);
+    let head = bench(&fx.path, 2, 1, &stop);
+    let mut resume = stage_args(dir, &["--stage-budget", &budget, "--resume", cursor]);
+    resume.extend_from_slice(&common);
+    let rest = bench(&fx.path, 2, 1, &resume);
+    let mut joined: Vec<String> = head.lines.iter().chain(&rest.lines).cloned().collect();
+    joined.sort();
+    let mut want = whole.lines.clone();
+    want.sort();
+    assert!(joined == want, "the resumed job differs");
+    for ran in [&head, &rest] {
+        let remote: f64 = per_epoch(ran, "remote_bytes_received_per_node")
+            .iter()
+            .sum();
+        assert!(remote > 0.0, "nothing received");
+    }
 }

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::counters::ReadTally;
+use crate::counters::{EpochSource, ReadTally};
 use crate::data_file::{DataFile, RunsRead, WindowRange};
+use crate::exchange::RoundExchange;
 use crate::round::run_bytes_by_epoch;
 use crate::step_ready::Progress;
 use lmdbio_core::error::{Error, Result};
@@ -122,7 +123,9 @@ pub(crate) struct Publish<'a> {
 /// no rank waits for a read that stopped. The read is counted in `tally`
 /// before its last run is published; nothing is published once the
 /// snapshot check fails. `epochs` gives the epoch each run counts for;
-/// runs read from the node's stage count as such.
+/// runs read from the node's stage count as such, and so do those other
+/// nodes sent (`exchange`, see [`crate::exchange`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_and_publish(
     file: &DataFile,
     runs: &[ReadRun],
@@ -131,6 +134,7 @@ pub(crate) fn read_and_publish(
     streams: usize,
     publish: Publish,
     epochs: &[u64],
+    exchange: Option<&RoundExchange>,
 ) -> Result<RunsRead> {
     let Publish {
         progress,
@@ -160,12 +164,24 @@ pub(crate) fn read_and_publish(
     if let Some(stage) = stage {
         stage.reclaim(dest);
     }
-    let serving = stage.and_then(|s| s.serving(runs));
+    // Runs other nodes send leave the database file to the filler.
+    let asked = exchange.map(RoundExchange::asked).unwrap_or_default();
+    let serving = match asked.is_empty() {
+        true => stage.and_then(|s| s.serving(runs)),
+        false => {
+            let mine: Vec<ReadRun> = (0..runs.len())
+                .filter(|i| asked.binary_search(i).is_err())
+                .map(|i| runs[i])
+                .collect();
+            stage.and_then(|s| s.serving(&mine))
+        }
+    };
     let staged: Vec<AtomicBool> = match stage {
         Some(_) => runs.iter().map(|_| AtomicBool::new(false)).collect(),
         None => Vec::new(),
     };
-    let read = file.read_runs(
+    let (read, remote) = crate::exchange::read_runs(
+        file,
         runs,
         order,
         dest,
@@ -176,6 +192,7 @@ pub(crate) fn read_and_publish(
             }
         },
         &staged,
+        exchange,
     )?;
     if let Some(s) = snapshot {
         s.check()?;
@@ -187,9 +204,16 @@ pub(crate) fn read_and_publish(
     }
     drop(serving);
     let from_stage = |i: usize| staged.get(i).is_some_and(|s| s.load(Ordering::Relaxed));
-    tally.add(&run_bytes_by_epoch(runs, epochs, |i| !from_stage(i)), read);
+    let from_peer = |i: usize| remote.get(i).is_some_and(|&r| r);
+    tally.add(
+        &run_bytes_by_epoch(runs, epochs, |i| !from_stage(i) && !from_peer(i)),
+        read,
+    );
     for (epoch, bytes) in run_bytes_by_epoch(runs, epochs, from_stage) {
         tally.add_stage_read(epoch, bytes);
+    }
+    for (epoch, bytes) in run_bytes_by_epoch(runs, epochs, from_peer) {
+        tally.add_epoch_bytes(epoch, EpochSource::Remote, bytes);
     }
     if let Some(&latest) = epochs.iter().max() {
         tally.current_epoch.fetch_max(latest, Ordering::Relaxed);

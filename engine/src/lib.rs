@@ -39,6 +39,7 @@ mod background;
 mod batch;
 mod counters;
 mod data_file;
+mod exchange;
 mod index_build;
 mod inline_pages;
 mod launcher;
@@ -151,6 +152,9 @@ pub struct Engine {
     owes_agreement: Cell<bool>,
     /// On readers: the check that the snapshot read is still intact.
     snapshot: Option<Arc<snapshot::SnapshotCheck>>,
+    /// On node readers with a stage: the exchange with the other nodes'
+    /// readers (see docs/design/node-stage.md).
+    exchange: Option<exchange::Exchange>,
 }
 
 /// What the engine takes from the kept node topology (see [`topology`])

@@ -253,6 +253,17 @@ impl Engine {
         {
             attach_stage(file, dir, readers, &options, opened.database, &tally);
         }
+        let exchange = match (&options.stage, &opened.file, &topology.readers) {
+            (Some(_), Some(file), Some(readers)) => {
+                let staggered = options.stagger.is_some_and(|g| g < readers.size());
+                crate::exchange::Exchange::open(readers, file.stage(), file.len(), staggered)
+                    .unwrap_or_else(|e| {
+                        eprintln!("lmdbio: warning: no exchange between node readers: {e}");
+                        None
+                    })
+            }
+            _ => None,
+        };
         if let Some(epochs) = options.epoch_limit {
             let steps = opened.schedule.steps_for_epochs(epochs);
             options.step_limit = Some(options.step_limit.map_or(steps, |s| s.min(steps)));
@@ -305,6 +316,7 @@ impl Engine {
             failed: None,
             owes_agreement: Cell::new(false),
             snapshot: opened.snapshot,
+            exchange,
         })
     }
 

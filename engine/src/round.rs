@@ -95,6 +95,8 @@ pub(crate) struct MyReads {
     pub(crate) base: u64,
     /// The epoch each run counts for (see `run_epochs`).
     pub(crate) epochs: Vec<u64>,
+    /// The runs other nodes send and those they ask for.
+    pub(crate) exchange: Option<crate::exchange::RoundExchange>,
 }
 
 /// The epoch each of `plan.runs[mine]` counts for: the earliest among the
@@ -240,7 +242,12 @@ impl Engine {
     /// Spans and plan of the round of `k` steps starting at `first`.
     pub(crate) fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
         let (spans, owners, kept) = self.round_spans(first, k);
-        let plan = ReadPlan::for_spans_aligned(&spans, self.options.coalesce, self.plan_granule);
+        let mut plan =
+            ReadPlan::for_spans_aligned(&spans, self.options.coalesce, self.plan_granule);
+        if self.options.stage.is_some() {
+            // A run in one block comes from one node (see `exchange`).
+            plan = crate::exchange::split_at_blocks(plan);
+        }
         PlannedRound {
             steps: k,
             owners,
@@ -401,13 +408,25 @@ impl Engine {
         let me = held(&self.parts).topology.node.rank();
         if me < readers && held(&self.parts).topology.readers.is_some() {
             let span_epochs: Vec<u64> = read_owners().map(|(o, _)| o.epoch).collect();
-            let mine = MyReads {
-                runs: plan.runs[groups[me].clone()].to_vec(),
-                order: std::mem::take(&mut order[me]),
-                base,
-                epochs: run_epochs(&plan, &span_epochs, groups[me].clone()),
+            let runs = plan.runs[groups[me].clone()].to_vec();
+            // Every reader takes part in every round's exchange, whatever
+            // else fails: its peers wait for its answer.
+            let stage = self.file.as_deref().and_then(DataFile::stage);
+            let exchange = match self.exchange.as_mut() {
+                Some(x) => agree::local(|| x.plan_round(&runs, stage, tag)).map(Some),
+                None => Ok(None),
             };
-            if let Err(e) = agree::local(|| self.start_my_reads(&mut round, mine)) {
+            let started = exchange.and_then(|exchange| {
+                let mine = MyReads {
+                    runs,
+                    order: std::mem::take(&mut order[me]),
+                    base,
+                    epochs: run_epochs(&plan, &span_epochs, groups[me].clone()),
+                    exchange,
+                };
+                agree::local(|| self.start_my_reads(&mut round, mine))
+            });
+            if let Err(e) = started {
                 self.progress(area, me, tag).fail();
                 round.error = Some(e);
             }
@@ -455,6 +474,7 @@ impl Engine {
             order,
             base,
             epochs,
+            exchange,
         } = mine;
         let (lo, hi) = match (runs.first(), runs.last()) {
             (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
@@ -501,7 +521,10 @@ impl Engine {
                     tally: &tally,
                     snapshot: snapshot.as_deref(),
                 };
-                read_and_publish(&file, &runs, &order, dest, streams, publish, &epochs)
+                let exchange = exchange.as_ref();
+                read_and_publish(
+                    &file, &runs, &order, dest, streams, publish, &epochs, exchange,
+                )
             };
             round.read = Some(if own || self.threaded_reads {
                 InFlight::Thread(Some(std::thread::spawn(read)))
@@ -522,7 +545,10 @@ impl Engine {
                     tally: &self.tally,
                     snapshot: self.snapshot.as_deref(),
                 };
-                read_and_publish(file, &runs, &order, dest, streams, publish, &epochs)
+                let exchange = exchange.as_ref();
+                read_and_publish(
+                    file, &runs, &order, dest, streams, publish, &epochs, exchange,
+                )
             } else if !own {
                 // SAFETY: an empty range.
                 let nothing = unsafe { WindowRange::new(buf, 0) };

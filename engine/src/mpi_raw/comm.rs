@@ -493,7 +493,7 @@ fn wait_politely(comm: RawComm, request: &mut ffi::MPI_Request, call: &'static s
 ///
 /// Gives up past the timeout (see [`super::deadline`]), naming the ranks of
 /// `comm` that did not arrive.
-fn wait_all_politely(
+pub(super) fn wait_all_politely(
     comm: RawComm,
     requests: &mut [ffi::MPI_Request],
     call: &'static str,

@@ -9,10 +9,12 @@
 mod comm;
 pub mod deadline;
 mod file;
+mod p2p;
 mod window;
 
 pub use comm::{Comm, ReduceOp, ThreadLevel};
 pub use file::{MpiFile, MpiFileSource};
+pub use p2p::{PeerComm, Transfers};
 pub use window::SharedWindow;
 
 use std::ffi::{c_char, c_int};

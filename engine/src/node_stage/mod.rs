@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use crate::counters::ReadTally;
 use crate::data_file::WindowRange;
 use crc32c::crc32c;
-use extents::{Check, Extent, Extents, Placement, BLOCK};
+pub(crate) use extents::BLOCK;
+use extents::{Check, Extent, Extents, Placement};
 use lmdbio_core::plan::ReadRun;
 use lmdbio_core::source::{FileSource, ReadAt};
 pub(crate) use manifest::Identity;
@@ -104,6 +105,9 @@ struct Shared {
 /// A node reader's stage (see the module's documentation).
 pub(crate) struct NodeStage {
     shared: Arc<Shared>,
+    /// The blocks the stage held whole when opened, before the writer
+    /// checked any of them (see [`NodeStage::blocks_at_open`]).
+    at_open: Vec<u64>,
     keep: bool,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -224,6 +228,7 @@ impl NodeStage {
             db,
             tally,
         });
+        let at_open = staged_blocks(&shared);
         let for_writer = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("lmdbio-stage".into())
@@ -231,6 +236,7 @@ impl NodeStage {
         match writer {
             Ok(handle) => Some(NodeStage {
                 shared,
+                at_open,
                 keep: spec.keep,
                 writer: Mutex::new(Some(handle)),
             }),
@@ -259,6 +265,24 @@ impl NodeStage {
             return false;
         }
         true
+    }
+
+    /// Whether the stage holds every byte of `[at, at + len)` (an
+    /// extent an earlier job staged counts, checked when read).
+    pub(crate) fn holds(&self, at: u64, len: u64) -> bool {
+        lock(&self.shared.extents).covering(at, len).is_some()
+    }
+
+    /// The blocks the stage holds whole (see [`BLOCK`]).
+    pub(crate) fn staged_blocks(&self) -> Vec<u64> {
+        staged_blocks(&self.shared)
+    }
+
+    /// The blocks the stage held whole when opened: what the peers are
+    /// told first, so that they ask for what an earlier job staged (and
+    /// are answered, if it turns out damaged, that it is not there).
+    pub(crate) fn blocks_at_open(&self) -> &[u64] {
+        &self.at_open
     }
 
     /// Queues the parts of `runs` (read into `dest`, packed in file order)
@@ -363,6 +387,17 @@ impl NodeStage {
             let _ = std::fs::remove_dir(&s.dir);
         }
     }
+}
+
+fn staged_blocks(s: &Shared) -> Vec<u64> {
+    let p = &s.placement;
+    let extents = lock(&s.extents);
+    (0..p.blocks())
+        .filter(|&b| {
+            let at = b * BLOCK;
+            extents.covering(at, BLOCK.min(p.file_len - at)).is_some()
+        })
+        .collect()
 }
 
 /// A serving read in progress (see [`NodeStage::serving`]).

@@ -1,0 +1,415 @@
+//! The exchange between node readers (see docs/design/node-stage.md):
+//! the runs of a round that lie in a block another node has staged and
+//! this one has not come from that node's reader over MPI, not from the
+//! database file.
+//!
+//! Each round the readers gather, on the engine's thread, every node's
+//! staged blocks (a bitmap) and what each asks of each other; a reader
+//! asks a peer only for whole runs in blocks the peer reported staged at
+//! the round before, and a peer answers every request, with the bytes or
+//! with "not staged", so no reader waits for bytes that will not come.
+//! The round's read thread then receives each peer's runs as one message
+//! straight into their places in the window, serves the peers' requests
+//! from its stage, and reads the rest (and whatever a peer could not
+//! give) from its own stage or the database file.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::data_file::{DataFile, RunsDone, RunsRead, WindowRange};
+use crate::mpi_raw::{Comm, PeerComm, ReduceOp, ThreadLevel, Transfers};
+use crate::node_stage::{NodeStage, BLOCK};
+use lmdbio_core::error::{Error, Result};
+use lmdbio_core::plan::{ReadPlan, ReadRun};
+
+/// Set to `off` to read every run a node does not hold from the database
+/// file, as without the exchange (every reader must see the same value).
+pub(crate) const SWITCH_VARIABLE: &str = "LMDBIO_STAGE_EXCHANGE";
+
+/// Bytes of one request: the run's file offset and length.
+const REQUEST_BYTES: usize = 16;
+
+/// A node reader's side of the exchange, kept by the engine.
+pub(crate) struct Exchange {
+    /// For the rounds' agreements, on the engine's thread.
+    plans: Comm,
+    /// For the rounds' transfers, on their read threads.
+    data: Arc<PeerComm>,
+    /// Per node: the blocks it reported staged, 64 to a word.
+    staged: Vec<Vec<u64>>,
+}
+
+/// What a reader sends and receives in one round.
+pub(crate) struct RoundExchange {
+    data: Arc<PeerComm>,
+    tag: i32,
+    /// Per peer that sends this reader runs: the peer, and the runs (by
+    /// index into the reader's runs of the round) in the order asked.
+    receive: Vec<(usize, Vec<usize>)>,
+    /// Per peer that asks this reader for runs: the peer, and each run's
+    /// file offset and length.
+    serve: Vec<(usize, Vec<(u64, u64)>)>,
+}
+
+impl RoundExchange {
+    /// The runs (by index) this reader asks of peers, sorted.
+    pub(crate) fn asked(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self
+            .receive
+            .iter()
+            .flat_map(|(_, a)| a.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all
+    }
+}
+
+/// The blocks of a file of `len` bytes.
+fn blocks(len: u64) -> u64 {
+    len.div_ceil(BLOCK)
+}
+
+fn has(bits: &[u64], b: u64) -> bool {
+    bits.get((b / 64) as usize)
+        .is_some_and(|w| w >> (b % 64) & 1 == 1)
+}
+
+/// `plan` with every run that crosses a block boundary cut there, so that
+/// each run lies in one block and so on one holder.
+pub(crate) fn split_at_blocks(mut plan: ReadPlan) -> ReadPlan {
+    let mut runs = Vec::with_capacity(plan.runs.len());
+    for run in &plan.runs {
+        let mut done = 0;
+        while done < run.len {
+            let at = run.file_offset + done;
+            let n = (run.len - done).min(BLOCK - at % BLOCK);
+            runs.push(ReadRun {
+                file_offset: at,
+                len: n,
+                buf_offset: run.buf_offset + done,
+            });
+            done += n;
+        }
+    }
+    plan.runs = runs;
+    plan
+}
+
+impl Exchange {
+    /// Sets up the exchange among the node readers `readers` (collective
+    /// over them); `None` on every reader when any of them cannot take
+    /// part: MPI without `MPI_THREAD_MULTIPLE` (the transfers run on the
+    /// read threads), staggered reads (a reader waiting for its turn
+    /// would leave its peers waiting), or the exchange switched off.
+    pub(crate) fn open(
+        readers: &Comm,
+        stage: Option<&NodeStage>,
+        file_len: u64,
+        staggered: bool,
+    ) -> Result<Option<Exchange>> {
+        if readers.size() < 2 {
+            return Ok(None);
+        }
+        let switched_off = std::env::var(SWITCH_VARIABLE).is_ok_and(|v| v.trim() == "off");
+        let able = ThreadLevel::current() == ThreadLevel::Multiple && !staggered && !switched_off;
+        let mut all_able = [i64::from(able)];
+        readers.allreduce_i64(&mut all_able, ReduceOp::Min)?;
+        if all_able[0] == 0 {
+            return Ok(None);
+        }
+        let plans = Comm::dup(readers.raw())?;
+        let data = PeerComm::new(Comm::dup(readers.raw())?)
+            .ok_or_else(|| Error::Internal("MPI lost MPI_THREAD_MULTIPLE".into()))?;
+        let data = Arc::new(data);
+        let words = blocks(file_len).div_ceil(64) as usize;
+        let mut exchange = Exchange {
+            staged: vec![vec![0; words]; plans.size()],
+            plans,
+            data,
+        };
+        let at_open = stage.map_or(Vec::new(), |s| s.blocks_at_open().to_vec());
+        let mine: Vec<i64> = exchange
+            .bits(&at_open)
+            .into_iter()
+            .map(|w| w as i64)
+            .collect();
+        let all = exchange.plans.allgather_i64(&mine)?;
+        exchange.set_staged(&all, 0, words);
+        Ok(Some(exchange))
+    }
+
+    fn words(&self) -> usize {
+        self.staged.first().map_or(0, Vec::len)
+    }
+
+    /// `blocks` as bit words.
+    fn bits(&self, blocks: &[u64]) -> Vec<u64> {
+        let mut bits = vec![0u64; self.words()];
+        for &b in blocks {
+            if let Some(w) = bits.get_mut((b / 64) as usize) {
+                *w |= 1 << (b % 64);
+            }
+        }
+        bits
+    }
+
+    /// Takes every node's bit words from `all` (rank-major, `stride`
+    /// words per rank, the bits at `skip`).
+    fn set_staged(&mut self, all: &[i64], skip: usize, stride: usize) {
+        let words = self.words();
+        for (r, bits) in self.staged.iter_mut().enumerate() {
+            let at = r * stride + skip;
+            if let Some(got) = all.get(at..at + words) {
+                *bits = got.iter().map(|&w| w as u64).collect();
+            }
+        }
+    }
+
+    /// Agrees on this round's transfers (collective over the readers,
+    /// every round, in round order): which of `runs` (this reader's runs
+    /// of the round) it asks of which peer, and what each peer asks of it.
+    pub(crate) fn plan_round(
+        &mut self,
+        runs: &[ReadRun],
+        stage: Option<&NodeStage>,
+        round: u32,
+    ) -> Result<RoundExchange> {
+        let nodes = self.plans.size();
+        let me = self.plans.rank();
+        let mut asks: Vec<Vec<usize>> = vec![Vec::new(); nodes];
+        for (i, run) in runs.iter().enumerate() {
+            let b = run.file_offset / BLOCK;
+            let one_block = run.len > 0 && (run.file_offset + run.len - 1) / BLOCK == b;
+            if !one_block || stage.is_some_and(|s| s.holds(run.file_offset, run.len)) {
+                continue;
+            }
+            let holder = (0..nodes)
+                .map(|d| (b as usize + d) % nodes)
+                .find(|&h| h != me && has(&self.staged[h], b));
+            if let Some(h) = holder {
+                asks[h].push(i);
+            }
+        }
+        let words = self.words();
+        let stride = nodes + words;
+        let mut counts: Vec<i64> = asks.iter().map(|a| a.len() as i64).collect();
+        let now = stage.map_or(Vec::new(), NodeStage::staged_blocks);
+        counts.extend(self.bits(&now).into_iter().map(|w| w as i64));
+        let all = self.plans.allgather_i64(&counts)?;
+        let mut mine = Vec::new();
+        for a in &asks {
+            for &i in a {
+                mine.extend_from_slice(&runs[i].file_offset.to_le_bytes());
+                mine.extend_from_slice(&runs[i].len.to_le_bytes());
+            }
+        }
+        let asked = |r: usize, h: usize| all[r * stride + h].max(0) as usize;
+        let sizes: Vec<u64> = (0..nodes)
+            .map(|r| (0..nodes).map(|h| asked(r, h)).sum::<usize>() as u64 * REQUEST_BYTES as u64)
+            .collect();
+        let mut requests = vec![0u8; sizes.iter().sum::<u64>() as usize];
+        self.plans
+            .allgatherv_bytes(&mut [(&mine, &sizes, &mut requests)])?;
+        let mut serve = Vec::new();
+        let mut from = 0usize;
+        for (r, &size) in sizes.iter().enumerate() {
+            let before: usize = (0..me).map(|h| asked(r, h)).sum();
+            let n = asked(r, me);
+            if r != me && n > 0 {
+                let at = from + before * REQUEST_BYTES;
+                let pieces = requests[at..at + n * REQUEST_BYTES]
+                    .chunks_exact(REQUEST_BYTES)
+                    .map(|c| {
+                        let word = |k: usize| {
+                            u64::from_le_bytes(c[k..k + 8].try_into().unwrap_or_default())
+                        };
+                        (word(0), word(8))
+                    })
+                    .collect();
+                serve.push((r, pieces));
+            }
+            from += size as usize;
+        }
+        self.set_staged(&all, nodes, stride);
+        Ok(RoundExchange {
+            data: Arc::clone(&self.data),
+            tag: (round % 8192) as i32 * 2,
+            receive: asks
+                .into_iter()
+                .enumerate()
+                .filter(|(_, a)| !a.is_empty())
+                .collect(),
+            serve,
+        })
+    }
+}
+
+/// Reads `runs` as [`DataFile::read_runs`] does, but receives the runs
+/// `exchange` asks of peers from them and serves what peers ask of this
+/// reader, meanwhile. Returns the read and, per run, whether it came from
+/// a peer (empty without an exchange).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_runs(
+    file: &DataFile,
+    runs: &[ReadRun],
+    order: &[usize],
+    dest: WindowRange,
+    streams: usize,
+    progress: &RunsDone<'_>,
+    staged: &[AtomicBool],
+    exchange: Option<&RoundExchange>,
+) -> Result<(RunsRead, Vec<bool>)> {
+    let Some(ex) = exchange.filter(|x| !x.receive.is_empty() || !x.serve.is_empty()) else {
+        return file
+            .read_runs(runs, order, dest, streams, progress, staged)
+            .map(|r| (r, Vec::new()));
+    };
+    let comm = ex.data.comm();
+    let mut remote = vec![false; runs.len()];
+    let base = runs.first().map_or(0, |r| r.buf_offset);
+    let mut receiving = Transfers::new(comm);
+    let mut answers: Vec<Vec<u8>> = ex.receive.iter().map(|(_, a)| vec![0; a.len()]).collect();
+    for ((peer, asked), answer) in ex.receive.iter().zip(&mut answers) {
+        let mut pieces = Vec::with_capacity(asked.len());
+        for &i in asked {
+            let run = runs
+                .get(i)
+                .ok_or_else(|| Error::Internal("an exchange names a run not there".into()))?;
+            let at = run.buf_offset - base;
+            if at + run.len > dest.len as u64 {
+                return Err(Error::Internal("an exchange overruns the window".into()));
+            }
+            pieces.push((at, run.len));
+            remote[i] = true;
+        }
+        // SAFETY: every piece lies in `dest` (checked above), which no one
+        // else touches until this read is published, after the transfers
+        // complete (waited for below, or on drop); `answer` outlives them.
+        unsafe {
+            receiving.receive_scattered(*peer, ex.tag, dest.ptr, &pieces)?;
+            receiving.receive(*peer, ex.tag + 1, answer)?;
+        }
+    }
+    let local: Vec<usize> = order.iter().copied().filter(|&i| !remote[i]).collect();
+    let local_at: Vec<usize> = (0..order.len()).filter(|&p| !remote[order[p]]).collect();
+    let first_remote = order.iter().position(|&i| remote[i]).unwrap_or(order.len());
+    let stage = file.stage();
+    let (read, served) = std::thread::scope(|scope| {
+        let server = scope.spawn(|| serve(comm, ex, stage));
+        let read = file.read_runs(
+            runs,
+            &local,
+            dest,
+            streams,
+            &|n| {
+                progress(
+                    local_at
+                        .get(n)
+                        .copied()
+                        .unwrap_or(order.len())
+                        .min(first_remote),
+                )
+            },
+            staged,
+        );
+        let served = server
+            .join()
+            .unwrap_or_else(|_| Err(Error::Internal("the exchange's server panicked".into())));
+        (read, served)
+    });
+    let received = receiving.wait();
+    let sent = served.and_then(Transfers::wait);
+    let mut read = read?;
+    received?;
+    sent?;
+    // What a peer could not give (its stage lost it) comes from here.
+    let mut missing = Vec::new();
+    for ((_, asked), answer) in ex.receive.iter().zip(&answers) {
+        for (&i, &ok) in asked.iter().zip(answer) {
+            if ok != 1 {
+                remote[i] = false;
+                missing.push(i);
+            }
+        }
+    }
+    if !missing.is_empty() {
+        let more = file.read_runs(runs, &missing, dest, streams, &|_| {}, staged)?;
+        read.requests += more.requests;
+        read.direct_requests += more.direct_requests;
+        read.staged_requests += more.staged_requests;
+    }
+    Ok((read, remote))
+}
+
+/// Sends each peer the runs it asked for, from this node's stage, with
+/// one byte per run saying whether it holds the bytes sent.
+fn serve<'c>(
+    comm: &'c Comm,
+    ex: &RoundExchange,
+    stage: Option<&NodeStage>,
+) -> Result<Transfers<'c>> {
+    let mut sending = Transfers::new(comm);
+    for (peer, pieces) in &ex.serve {
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        let mut bytes = vec![0u8; total as usize];
+        let mut answer = vec![0u8; pieces.len()];
+        let mut at = 0usize;
+        for (&(offset, len), ok) in pieces.iter().zip(&mut answer) {
+            let place = &mut bytes[at..at + len as usize];
+            *ok = u8::from(stage.is_some_and(|s| s.read_into(place, offset)));
+            at += len as usize;
+        }
+        sending.send(*peer, ex.tag, bytes)?;
+        sending.send(*peer, ex.tag + 1, answer)?;
+    }
+    Ok(sending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_cut_at_block_boundaries_and_stay_packed() {
+        let plan = ReadPlan {
+            runs: vec![
+                ReadRun {
+                    file_offset: BLOCK - 10,
+                    len: 2 * BLOCK + 20,
+                    buf_offset: 0,
+                },
+                ReadRun {
+                    file_offset: 5 * BLOCK,
+                    len: 7,
+                    buf_offset: 2 * BLOCK + 20,
+                },
+            ],
+            placements: Vec::new(),
+            buffer_len: 2 * BLOCK + 27,
+        };
+        let split = split_at_blocks(plan);
+        let cut: Vec<(u64, u64, u64)> = split
+            .runs
+            .iter()
+            .map(|r| (r.file_offset, r.len, r.buf_offset))
+            .collect();
+        assert_eq!(
+            cut,
+            vec![
+                (BLOCK - 10, 10, 0),
+                (BLOCK, BLOCK, 10),
+                (2 * BLOCK, BLOCK, BLOCK + 10),
+                (3 * BLOCK, 10, 2 * BLOCK + 10),
+                (5 * BLOCK, 7, 2 * BLOCK + 20),
+            ]
+        );
+        assert_eq!(split.buffer_len, 2 * BLOCK + 27);
+    }
+
+    #[test]
+    fn block_bits_read_back() {
+        let bits = [0b101u64, 1 << 3];
+        assert!(has(&bits, 0) && !has(&bits, 1) && has(&bits, 2));
+        assert!(has(&bits, 67) && !has(&bits, 66) && !has(&bits, 200));
+    }
+}
