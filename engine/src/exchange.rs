@@ -52,6 +52,42 @@ pub(crate) struct RoundExchange {
 }
 
 impl RoundExchange {
+    /// Takes part in the round's transfers without reading anything:
+    /// receives what the peers send into scratch memory and answers every
+    /// request "not staged", so that no peer waits for a reader whose round
+    /// could not start. `runs` are the reader's runs of the round.
+    pub(crate) fn settle(&self, runs: &[ReadRun]) {
+        let mut scratch: Vec<(usize, Vec<u8>, Vec<u8>)> = self
+            .receive
+            .iter()
+            .map(|(peer, asked)| {
+                let len: u64 = asked
+                    .iter()
+                    .filter_map(|&i| runs.get(i))
+                    .map(|r| r.len)
+                    .sum();
+                (*peer, vec![0u8; len as usize], vec![0u8; asked.len()])
+            })
+            .collect();
+        let mut transfers = Transfers::new(self.data.comm());
+        let mut posted = Ok(());
+        for (peer, bytes, answer) in &mut scratch {
+            // SAFETY: `scratch` outlives the transfers, waited for below
+            // (or on drop) before it goes, and is not touched meanwhile.
+            posted = posted.and_then(|()| unsafe {
+                transfers.receive(*peer, self.tag, bytes)?;
+                transfers.receive(*peer, self.tag + 1, answer)
+            });
+        }
+        for (peer, pieces) in &self.serve {
+            let total: u64 = pieces.iter().map(|p| p.1).sum();
+            posted = posted
+                .and_then(|()| transfers.send(*peer, self.tag, vec![0; total as usize]))
+                .and_then(|()| transfers.send(*peer, self.tag + 1, vec![0; pieces.len()]));
+        }
+        let _ = posted.and_then(|()| transfers.wait());
+    }
+
     /// The runs (by index) this reader asks of peers, sorted.
     pub(crate) fn asked(&self) -> Vec<usize> {
         let mut all: Vec<usize> = self
@@ -267,26 +303,33 @@ pub(crate) fn read_runs(
     let comm = ex.data.comm();
     let mut remote = vec![false; runs.len()];
     let base = runs.first().map_or(0, |r| r.buf_offset);
-    let mut receiving = Transfers::new(comm);
-    let mut answers: Vec<Vec<u8>> = ex.receive.iter().map(|(_, a)| vec![0; a.len()]).collect();
-    for ((peer, asked), answer) in ex.receive.iter().zip(&mut answers) {
+    let mut places = Vec::with_capacity(ex.receive.len());
+    for (_, asked) in &ex.receive {
         let mut pieces = Vec::with_capacity(asked.len());
         for &i in asked {
-            let run = runs
-                .get(i)
-                .ok_or_else(|| Error::Internal("an exchange names a run not there".into()))?;
-            let at = run.buf_offset - base;
-            if at + run.len > dest.len as u64 {
-                return Err(Error::Internal("an exchange overruns the window".into()));
-            }
-            pieces.push((at, run.len));
+            let fits = runs.get(i).and_then(|run| {
+                let at = run.buf_offset.checked_sub(base)?;
+                (at + run.len <= dest.len as u64).then_some((at, run.len))
+            });
+            let Some(piece) = fits else {
+                ex.settle(runs);
+                return Err(Error::Internal(
+                    "an exchange names a run outside the round".into(),
+                ));
+            };
+            pieces.push(piece);
             remote[i] = true;
         }
+        places.push(pieces);
+    }
+    let mut receiving = Transfers::new(comm);
+    let mut answers: Vec<Vec<u8>> = ex.receive.iter().map(|(_, a)| vec![0; a.len()]).collect();
+    for (((peer, _), answer), pieces) in ex.receive.iter().zip(&mut answers).zip(&places) {
         // SAFETY: every piece lies in `dest` (checked above), which no one
         // else touches until this read is published, after the transfers
         // complete (waited for below, or on drop); `answer` outlives them.
         unsafe {
-            receiving.receive_scattered(*peer, ex.tag, dest.ptr, &pieces)?;
+            receiving.receive_scattered(*peer, ex.tag, dest.ptr, pieces)?;
             receiving.receive(*peer, ex.tag + 1, answer)?;
         }
     }

@@ -465,10 +465,6 @@ impl Engine {
     /// plan, in file order, packed back to back) in `mine.order`.
     pub(crate) fn start_my_reads(&mut self, round: &mut Round, mine: MyReads) -> Result<()> {
         let parts = held(&self.parts);
-        let (Some(readers), Some(file)) = (&parts.topology.readers, &self.file) else {
-            return Err(Error::Internal("a reader without its data file".into()));
-        };
-        let progress = self.progress(round.area, parts.topology.node.rank(), round.tag);
         let MyReads {
             runs,
             order,
@@ -476,12 +472,24 @@ impl Engine {
             epochs,
             exchange,
         } = mine;
+        // The peers wait for this reader's part of the exchange: it is
+        // settled, without reading, if the round cannot be read.
+        let fail = |why: &str| {
+            if let Some(x) = &exchange {
+                x.settle(&runs);
+            }
+            Err(Error::Internal(why.into()))
+        };
+        let (Some(readers), Some(file)) = (&parts.topology.readers, &self.file) else {
+            return fail("a reader without its data file");
+        };
+        let progress = self.progress(round.area, parts.topology.node.rank(), round.tag);
         let (lo, hi) = match (runs.first(), runs.last()) {
             (Some(a), Some(b)) => (base + a.buf_offset, base + b.buf_offset + b.len),
             _ => (base, base),
         };
         if hi as usize > parts.memory.rounds_start() + parts.memory.data_len() {
-            return Err(Error::Internal("a round's reads overrun the window".into()));
+            return fail("a round's reads overrun the window");
         }
         // The range lies inside this round's area of the window (the plan
         // fits its capacity, checked above); each reader writes only its
