@@ -566,3 +566,40 @@ fn a_cursor_taken_while_nodes_exchange_resumes_exactly() {
         assert!(remote > 0.0, "nothing received");
     }
 }
+
+#[test]
+fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
+    let fx = database(316);
+    let oracle = oracle_lines(&fx);
+    let file_len = std::fs::metadata(fx.data_file()).unwrap().len() as f64;
+    for (n, k) in [(4usize, 1usize), (4, 2)] {
+        let what = format!("-n {n}, {k} per node");
+        let nodes = n.div_ceil(k) as f64;
+        let stage = kit::TempDir::new().unwrap();
+        let dir = stage.path().to_str().unwrap();
+        let shared = bench(&fx.path, n, k, &stage_args(dir, &[]));
+        assert_epochs_exact(&shared, &oracle, 3, &what);
+        let alone = bench_with(&fx.path, n, k, &stage_args(dir, &[]), &[NO_EXCHANGE]);
+        assert_epochs_exact(&alone, &oracle, 3, &what);
+        // Read from the file by the whole job: each node's share of the
+        // first epoch, and at most the rest of the blocks it is home to
+        // (the others come from their homes); alone, every node fills its
+        // stage from the file.
+        let job = |r: &Ran| nodes * per_epoch(r, "db_bytes_read_per_node").iter().sum::<f64>();
+        let bound = (1.0 + (nodes - 1.0) / (nodes * nodes) + 0.1) * file_len;
+        assert!(
+            job(&shared) <= bound,
+            "{what}: the job read {} bytes of a {file_len}-byte file",
+            job(&shared)
+        );
+        assert!(
+            job(&alone) >= 0.75 * nodes * file_len,
+            "{what}: {}",
+            job(&alone)
+        );
+        let remote: f64 = per_epoch(&shared, "remote_bytes_received_per_node")
+            .iter()
+            .sum();
+        assert!(remote > 0.0, "{what}");
+    }
+}

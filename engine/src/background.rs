@@ -180,7 +180,11 @@ pub(crate) fn read_and_publish(
         Some(_) => runs.iter().map(|_| AtomicBool::new(false)).collect(),
         None => Vec::new(),
     };
-    let (read, remote) = crate::exchange::read_runs(
+    let crate::exchange::Exchanged {
+        read,
+        remote,
+        filled,
+    } = crate::exchange::read_runs(
         file,
         runs,
         order,
@@ -217,6 +221,12 @@ pub(crate) fn read_and_publish(
     }
     if let Some(&latest) = epochs.iter().max() {
         tally.current_epoch.fetch_max(latest, Ordering::Relaxed);
+    }
+    if filled > 0 {
+        // Sent for the stage, not for this round's records: counted for
+        // the epoch being read, as the filler's reads of the file are.
+        let epoch = tally.current_epoch.load(Ordering::Relaxed);
+        tally.add_epoch_bytes(epoch, EpochSource::Remote, filled);
     }
     progress.complete(all);
     guard.1 = true;

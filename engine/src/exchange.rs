@@ -26,8 +26,17 @@ use lmdbio_core::plan::{ReadPlan, ReadRun};
 /// file, as without the exchange (every reader must see the same value).
 pub(crate) const SWITCH_VARIABLE: &str = "LMDBIO_STAGE_EXCHANGE";
 
-/// Bytes of one request: the run's file offset and length.
+/// Bytes of one request: the file offset and the length.
 const REQUEST_BYTES: usize = 16;
+
+/// Set in a request's length: bytes for the asker's stage (see
+/// [`NodeStage::fill_from_peers`]), not a run of its round.
+const FILL: u64 = 1 << 63;
+
+/// What a reader asks its peers per round for its stage: about what the
+/// round reads, within these bounds.
+const FILL_MIN: u64 = 16 << 20;
+const FILL_MAX: u64 = 64 << 20;
 
 /// A node reader's side of the exchange, kept by the engine.
 pub(crate) struct Exchange {
@@ -37,18 +46,37 @@ pub(crate) struct Exchange {
     data: Arc<PeerComm>,
     /// Per node: the blocks it reported staged, 64 to a word.
     staged: Vec<Vec<u64>>,
+    /// Every node has a stage: they fill each other's (a node's blocks
+    /// whose home has none come from the file).
+    pub(crate) fills: bool,
 }
 
 /// What a reader sends and receives in one round.
 pub(crate) struct RoundExchange {
     data: Arc<PeerComm>,
     tag: i32,
-    /// Per peer that sends this reader runs: the peer, and the runs (by
-    /// index into the reader's runs of the round) in the order asked.
-    receive: Vec<(usize, Vec<usize>)>,
-    /// Per peer that asks this reader for runs: the peer, and each run's
-    /// file offset and length.
-    serve: Vec<(usize, Vec<(u64, u64)>)>,
+    /// Per peer that sends this reader something: what it asked.
+    receive: Vec<Asked>,
+    /// Per peer that asks this reader for something: the peer, and the
+    /// runs and fills it asked (file offset and length each).
+    serve: Vec<(usize, Pieces, Pieces)>,
+}
+
+type Pieces = Vec<(u64, u64)>;
+
+/// What a reader asks of one peer in a round. The peer sends the runs as
+/// one message (tag), the fills as another (tag + 2), and one byte per
+/// run, then per fill, saying whether it held them (tag + 1).
+struct Asked {
+    peer: usize,
+    /// The runs, by index into the reader's runs of the round.
+    runs: Vec<usize>,
+    /// Holes of this node's stage, as file offset and length.
+    fills: Pieces,
+}
+
+fn total(pieces: &[(u64, u64)]) -> usize {
+    pieces.iter().map(|p| p.1 as usize).sum()
 }
 
 impl RoundExchange {
@@ -57,33 +85,48 @@ impl RoundExchange {
     /// request "not staged", so that no peer waits for a reader whose round
     /// could not start. `runs` are the reader's runs of the round.
     pub(crate) fn settle(&self, runs: &[ReadRun]) {
-        let mut scratch: Vec<(usize, Vec<u8>, Vec<u8>)> = self
+        let mut scratch: Vec<[Vec<u8>; 3]> = self
             .receive
             .iter()
-            .map(|(peer, asked)| {
-                let len: u64 = asked
+            .map(|a| {
+                let len: u64 = a
+                    .runs
                     .iter()
                     .filter_map(|&i| runs.get(i))
                     .map(|r| r.len)
                     .sum();
-                (*peer, vec![0u8; len as usize], vec![0u8; asked.len()])
+                [
+                    vec![0u8; len as usize],
+                    vec![0u8; a.runs.len() + a.fills.len()],
+                    vec![0u8; total(&a.fills)],
+                ]
             })
             .collect();
         let mut transfers = Transfers::new(self.data.comm());
         let mut posted = Ok(());
-        for (peer, bytes, answer) in &mut scratch {
+        for (a, [bytes, answer, fills]) in self.receive.iter().zip(&mut scratch) {
             // SAFETY: `scratch` outlives the transfers, waited for below
             // (or on drop) before it goes, and is not touched meanwhile.
             posted = posted.and_then(|()| unsafe {
-                transfers.receive(*peer, self.tag, bytes)?;
-                transfers.receive(*peer, self.tag + 1, answer)
+                if !a.runs.is_empty() {
+                    transfers.receive(a.peer, self.tag, bytes)?;
+                }
+                if !a.fills.is_empty() {
+                    transfers.receive(a.peer, self.tag + 2, fills)?;
+                }
+                transfers.receive(a.peer, self.tag + 1, answer)
             });
         }
-        for (peer, pieces) in &self.serve {
-            let total: u64 = pieces.iter().map(|p| p.1).sum();
-            posted = posted
-                .and_then(|()| transfers.send(*peer, self.tag, vec![0; total as usize]))
-                .and_then(|()| transfers.send(*peer, self.tag + 1, vec![0; pieces.len()]));
+        for (peer, runs, fills) in &self.serve {
+            posted = posted.and_then(|()| {
+                if !runs.is_empty() {
+                    transfers.send(*peer, self.tag, vec![0; total(runs)])?;
+                }
+                if !fills.is_empty() {
+                    transfers.send(*peer, self.tag + 2, vec![0; total(fills)])?;
+                }
+                transfers.send(*peer, self.tag + 1, vec![0; runs.len() + fills.len()])
+            });
         }
         let _ = posted.and_then(|()| transfers.wait());
     }
@@ -93,7 +136,7 @@ impl RoundExchange {
         let mut all: Vec<usize> = self
             .receive
             .iter()
-            .flat_map(|(_, a)| a.iter().copied())
+            .flat_map(|a| a.runs.iter().copied())
             .collect();
         all.sort_unstable();
         all
@@ -148,11 +191,12 @@ impl Exchange {
         }
         let switched_off = std::env::var(SWITCH_VARIABLE).is_ok_and(|v| v.trim() == "off");
         let able = ThreadLevel::current() == ThreadLevel::Multiple && !staggered && !switched_off;
-        let mut all_able = [i64::from(able)];
+        let mut all_able = [i64::from(able), i64::from(stage.is_some())];
         readers.allreduce_i64(&mut all_able, ReduceOp::Min)?;
         if all_able[0] == 0 {
             return Ok(None);
         }
+
         let plans = Comm::dup(readers.raw())?;
         let data = PeerComm::new(Comm::dup(readers.raw())?)
             .ok_or_else(|| Error::Internal("MPI lost MPI_THREAD_MULTIPLE".into()))?;
@@ -162,6 +206,7 @@ impl Exchange {
             staged: vec![vec![0; words]; plans.size()],
             plans,
             data,
+            fills: all_able[1] == 1,
         };
         let at_open = stage.map_or(Vec::new(), |s| s.blocks_at_open().to_vec());
         let mine: Vec<i64> = exchange
@@ -203,7 +248,8 @@ impl Exchange {
 
     /// Agrees on this round's transfers (collective over the readers,
     /// every round, in round order): which of `runs` (this reader's runs
-    /// of the round) it asks of which peer, and what each peer asks of it.
+    /// of the round) and which holes of its stage it asks of which peer,
+    /// and what each peer asks of it.
     pub(crate) fn plan_round(
         &mut self,
         runs: &[ReadRun],
@@ -219,24 +265,34 @@ impl Exchange {
             if !one_block || stage.is_some_and(|s| s.holds(run.file_offset, run.len)) {
                 continue;
             }
-            let holder = (0..nodes)
-                .map(|d| (b as usize + d) % nodes)
-                .find(|&h| h != me && has(&self.staged[h], b));
-            if let Some(h) = holder {
+            if let Some(h) = self.holder(b) {
                 asks[h].push(i);
+            }
+        }
+        let mut fills: Vec<Pieces> = vec![Vec::new(); nodes];
+        let reading: u64 = runs.iter().map(|r| r.len).sum();
+        let budget = reading.clamp(FILL_MIN, FILL_MAX);
+        for (at, len) in stage.map_or(Vec::new(), |s| s.holes_for_peers(budget)) {
+            if let Some(h) = self.holder(at / BLOCK) {
+                fills[h].push((at, len));
             }
         }
         let words = self.words();
         let stride = nodes + words;
-        let mut counts: Vec<i64> = asks.iter().map(|a| a.len() as i64).collect();
+        let mut counts: Vec<i64> = asks
+            .iter()
+            .zip(&fills)
+            .map(|(a, f)| (a.len() + f.len()) as i64)
+            .collect();
         let now = stage.map_or(Vec::new(), NodeStage::staged_blocks);
         counts.extend(self.bits(&now).into_iter().map(|w| w as i64));
         let all = self.plans.allgather_i64(&counts)?;
         let mut mine = Vec::new();
-        for a in &asks {
-            for &i in a {
-                mine.extend_from_slice(&runs[i].file_offset.to_le_bytes());
-                mine.extend_from_slice(&runs[i].len.to_le_bytes());
+        for (a, f) in asks.iter().zip(&fills) {
+            let asked = a.iter().map(|&i| (runs[i].file_offset, runs[i].len));
+            for (at, len) in asked.chain(f.iter().map(|&(at, len)| (at, len | FILL))) {
+                mine.extend_from_slice(&at.to_le_bytes());
+                mine.extend_from_slice(&len.to_le_bytes());
             }
         }
         let asked = |r: usize, h: usize| all[r * stride + h].max(0) as usize;
@@ -253,37 +309,59 @@ impl Exchange {
             let n = asked(r, me);
             if r != me && n > 0 {
                 let at = from + before * REQUEST_BYTES;
-                let pieces = requests[at..at + n * REQUEST_BYTES]
-                    .chunks_exact(REQUEST_BYTES)
-                    .map(|c| {
-                        let word = |k: usize| {
-                            u64::from_le_bytes(c[k..k + 8].try_into().unwrap_or_default())
-                        };
-                        (word(0), word(8))
-                    })
-                    .collect();
-                serve.push((r, pieces));
+                let (mut runs, mut fills) = (Vec::new(), Vec::new());
+                for c in requests[at..at + n * REQUEST_BYTES].chunks_exact(REQUEST_BYTES) {
+                    let word =
+                        |k: usize| u64::from_le_bytes(c[k..k + 8].try_into().unwrap_or_default());
+                    match word(8) {
+                        len if len & FILL != 0 => fills.push((word(0), len & !FILL)),
+                        len => runs.push((word(0), len)),
+                    }
+                }
+                serve.push((r, runs, fills));
             }
             from += size as usize;
         }
         self.set_staged(&all, nodes, stride);
         Ok(RoundExchange {
             data: Arc::clone(&self.data),
-            tag: (round % 8192) as i32 * 2,
+            // Below the tags of the timeout's roll call.
+            tag: (round % 4096) as i32 * 4,
             receive: asks
                 .into_iter()
+                .zip(fills)
                 .enumerate()
-                .filter(|(_, a)| !a.is_empty())
+                .filter(|(_, (a, f))| !a.is_empty() || !f.is_empty())
+                .map(|(peer, (runs, fills))| Asked { peer, runs, fills })
                 .collect(),
             serve,
         })
     }
+
+    /// The node to ask for block `b`: its home (`b mod nodes`) if that
+    /// reported it staged, else the next node after it that did; never
+    /// this one.
+    fn holder(&self, b: u64) -> Option<usize> {
+        let nodes = self.plans.size();
+        let me = self.plans.rank();
+        (0..nodes)
+            .map(|d| (b as usize + d) % nodes)
+            .find(|&h| h != me && has(&self.staged[h], b))
+    }
+}
+
+/// What [`read_runs`] did.
+pub(crate) struct Exchanged {
+    pub(crate) read: RunsRead,
+    /// Per run, whether it came from a peer (empty without an exchange).
+    pub(crate) remote: Vec<bool>,
+    /// Bytes peers sent for this node's stage.
+    pub(crate) filled: u64,
 }
 
 /// Reads `runs` as [`DataFile::read_runs`] does, but receives the runs
-/// `exchange` asks of peers from them and serves what peers ask of this
-/// reader, meanwhile. Returns the read and, per run, whether it came from
-/// a peer (empty without an exchange).
+/// and stage fills `exchange` asks of peers from them and serves what
+/// peers ask of this reader, meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_runs(
     file: &DataFile,
@@ -294,19 +372,23 @@ pub(crate) fn read_runs(
     progress: &RunsDone<'_>,
     staged: &[AtomicBool],
     exchange: Option<&RoundExchange>,
-) -> Result<(RunsRead, Vec<bool>)> {
+) -> Result<Exchanged> {
     let Some(ex) = exchange.filter(|x| !x.receive.is_empty() || !x.serve.is_empty()) else {
         return file
             .read_runs(runs, order, dest, streams, progress, staged)
-            .map(|r| (r, Vec::new()));
+            .map(|read| Exchanged {
+                read,
+                remote: Vec::new(),
+                filled: 0,
+            });
     };
     let comm = ex.data.comm();
     let mut remote = vec![false; runs.len()];
     let base = runs.first().map_or(0, |r| r.buf_offset);
     let mut places = Vec::with_capacity(ex.receive.len());
-    for (_, asked) in &ex.receive {
-        let mut pieces = Vec::with_capacity(asked.len());
-        for &i in asked {
+    for a in &ex.receive {
+        let mut pieces = Vec::with_capacity(a.runs.len());
+        for &i in &a.runs {
             let fits = runs.get(i).and_then(|run| {
                 let at = run.buf_offset.checked_sub(base)?;
                 (at + run.len <= dest.len as u64).then_some((at, run.len))
@@ -323,14 +405,34 @@ pub(crate) fn read_runs(
         places.push(pieces);
     }
     let mut receiving = Transfers::new(comm);
-    let mut answers: Vec<Vec<u8>> = ex.receive.iter().map(|(_, a)| vec![0; a.len()]).collect();
-    for (((peer, _), answer), pieces) in ex.receive.iter().zip(&mut answers).zip(&places) {
+    let mut answers: Vec<Vec<u8>> = ex
+        .receive
+        .iter()
+        .map(|a| vec![0; a.runs.len() + a.fills.len()])
+        .collect();
+    let mut fill_bytes: Vec<Vec<u8>> = ex
+        .receive
+        .iter()
+        .map(|a| vec![0; total(&a.fills)])
+        .collect();
+    let receives = ex
+        .receive
+        .iter()
+        .zip(&places)
+        .zip(answers.iter_mut().zip(&mut fill_bytes));
+    for ((a, pieces), (answer, fills)) in receives {
         // SAFETY: every piece lies in `dest` (checked above), which no one
         // else touches until this read is published, after the transfers
-        // complete (waited for below, or on drop); `answer` outlives them.
+        // complete (waited for below, or on drop); `answer` and `fills`
+        // outlive them.
         unsafe {
-            receiving.receive_scattered(*peer, ex.tag, dest.ptr, pieces)?;
-            receiving.receive(*peer, ex.tag + 1, answer)?;
+            if !pieces.is_empty() {
+                receiving.receive_scattered(a.peer, ex.tag, dest.ptr, pieces)?;
+            }
+            if !fills.is_empty() {
+                receiving.receive(a.peer, ex.tag + 2, fills)?;
+            }
+            receiving.receive(a.peer, ex.tag + 1, answer)?;
         }
     }
     let local: Vec<usize> = order.iter().copied().filter(|&i| !remote[i]).collect();
@@ -339,20 +441,13 @@ pub(crate) fn read_runs(
     let stage = file.stage();
     let (read, served) = std::thread::scope(|scope| {
         let server = scope.spawn(|| serve(comm, ex, stage));
+        let head = |n: usize| local_at.get(n).copied().unwrap_or(order.len());
         let read = file.read_runs(
             runs,
             &local,
             dest,
             streams,
-            &|n| {
-                progress(
-                    local_at
-                        .get(n)
-                        .copied()
-                        .unwrap_or(order.len())
-                        .min(first_remote),
-                )
-            },
+            &|n| progress(head(n).min(first_remote)),
             staged,
         );
         let served = server
@@ -367,11 +462,22 @@ pub(crate) fn read_runs(
     sent?;
     // What a peer could not give (its stage lost it) comes from here.
     let mut missing = Vec::new();
-    for ((_, asked), answer) in ex.receive.iter().zip(&answers) {
-        for (&i, &ok) in asked.iter().zip(answer) {
+    let mut filled = 0;
+    for ((a, answer), fills) in ex.receive.iter().zip(&answers).zip(&fill_bytes) {
+        let (for_runs, for_fills) = answer.split_at(a.runs.len());
+        for (&i, &ok) in a.runs.iter().zip(for_runs) {
             if ok != 1 {
                 remote[i] = false;
                 missing.push(i);
+            }
+        }
+        let mut at = 0usize;
+        for (&(offset, len), &ok) in a.fills.iter().zip(for_fills) {
+            let bytes = &fills[at..at + len as usize];
+            at += len as usize;
+            if let (1, Some(stage)) = (ok, stage) {
+                stage.take_received(offset, bytes.to_vec());
+                filled += len;
             }
         }
     }
@@ -381,28 +487,40 @@ pub(crate) fn read_runs(
         read.direct_requests += more.direct_requests;
         read.staged_requests += more.staged_requests;
     }
-    Ok((read, remote))
+    Ok(Exchanged {
+        read,
+        remote,
+        filled,
+    })
 }
 
-/// Sends each peer the runs it asked for, from this node's stage, with
-/// one byte per run saying whether it holds the bytes sent.
+/// Sends each peer what it asked for, from this node's stage, with one
+/// byte per run and per fill saying whether it held the bytes sent.
 fn serve<'c>(
     comm: &'c Comm,
     ex: &RoundExchange,
     stage: Option<&NodeStage>,
 ) -> Result<Transfers<'c>> {
     let mut sending = Transfers::new(comm);
-    for (peer, pieces) in &ex.serve {
-        let total: u64 = pieces.iter().map(|p| p.1).sum();
-        let mut bytes = vec![0u8; total as usize];
-        let mut answer = vec![0u8; pieces.len()];
-        let mut at = 0usize;
-        for (&(offset, len), ok) in pieces.iter().zip(&mut answer) {
-            let place = &mut bytes[at..at + len as usize];
-            *ok = u8::from(stage.is_some_and(|s| s.read_into(place, offset)));
-            at += len as usize;
+    for (peer, runs, fills) in &ex.serve {
+        let mut answer = Vec::with_capacity(runs.len() + fills.len());
+        let mut gather = |pieces: &[(u64, u64)]| {
+            let mut bytes = vec![0u8; total(pieces)];
+            let mut at = 0usize;
+            for &(offset, len) in pieces {
+                let place = &mut bytes[at..at + len as usize];
+                answer.push(u8::from(stage.is_some_and(|s| s.read_into(place, offset))));
+                at += len as usize;
+            }
+            bytes
+        };
+        let (run_bytes, fill_bytes) = (gather(runs), gather(fills));
+        if !runs.is_empty() {
+            sending.send(*peer, ex.tag, run_bytes)?;
         }
-        sending.send(*peer, ex.tag, bytes)?;
+        if !fills.is_empty() {
+            sending.send(*peer, ex.tag + 2, fill_bytes)?;
+        }
         sending.send(*peer, ex.tag + 1, answer)?;
     }
     Ok(sending)

@@ -264,6 +264,9 @@ impl Engine {
             }
             _ => None,
         };
+        if let Some(stage) = opened.file.as_deref().and_then(DataFile::stage) {
+            stage.fill_from_peers(exchange.as_ref().is_some_and(|x| x.fills));
+        }
         if let Some(epochs) = options.epoch_limit {
             let steps = opened.schedule.steps_for_epochs(epochs);
             options.step_limit = Some(options.step_limit.map_or(steps, |s| s.min(steps)));

@@ -75,6 +75,9 @@ impl Piece {
 
 struct Queue {
     pieces: VecDeque<Piece>,
+    /// Bytes of the node's blocks other nodes sent (see
+    /// [`NodeStage::take_received`]), staged after the window's pieces.
+    received: VecDeque<(u64, Vec<u8>)>,
     /// The piece the writer is staging (not in `pieces`).
     busy: Option<WindowRange>,
     closing: Closing,
@@ -93,6 +96,10 @@ struct Shared {
     released: Condvar,
     /// Cleared when a write fails: nothing more is staged in this job.
     writing: AtomicBool,
+    /// Replicated with peers that stage too: the filler reads only the
+    /// blocks this node is home to from the database file, and takes the
+    /// others from their home nodes (see [`NodeStage::fill_from_peers`]).
+    from_peers: AtomicBool,
     warned: AtomicBool,
     /// Serving reads of the database in progress: the filler waits for
     /// none to be (see `NodeStage::serving`).
@@ -203,13 +210,14 @@ impl NodeStage {
             Ok(f) => f,
             Err(e) => return fail(format!("cannot open the database to stage it ({e})")),
         };
+        let placement = Placement {
+            file_len: identity.file_len,
+            node: spec.node,
+            nodes: spec.nodes.max(1),
+            budget: spec.budget,
+        };
         let shared = Arc::new(Shared {
-            placement: Placement {
-                file_len: identity.file_len,
-                node: spec.node,
-                nodes: spec.nodes.max(1),
-                budget: spec.budget,
-            },
+            placement,
             dir,
             data,
             manifest: manifest_path,
@@ -217,12 +225,17 @@ impl NodeStage {
             extents: Mutex::new(extents),
             queue: Mutex::new(Queue {
                 pieces: VecDeque::new(),
+                received: VecDeque::new(),
                 busy: None,
                 closing: Closing::Open,
             }),
             wake: Condvar::new(),
             released: Condvar::new(),
             writing: AtomicBool::new(true),
+            // Until told otherwise (`fill_from_peers`): the filler starts
+            // at once, and what it reads of other nodes' blocks before the
+            // exchange is set up would be read needlessly.
+            from_peers: AtomicBool::new(placement.replicated() && placement.nodes > 1),
             warned,
             serving: AtomicUsize::new(0),
             db,
@@ -283,6 +296,55 @@ impl NodeStage {
     /// are answered, if it turns out damaged, that it is not there).
     pub(crate) fn blocks_at_open(&self) -> &[u64] {
         &self.at_open
+    }
+
+    /// Fills the node's blocks that another node is home to (block `b`'s
+    /// home is node `b mod nodes`) from those nodes, not from the database
+    /// file, so that a replicated stage costs the shared file system about
+    /// one copy of the file per job, not one per node. Only where every
+    /// node holds every block; says whether it applies.
+    /// Until this says no, the stage assumes it will.
+    pub(crate) fn fill_from_peers(&self, peers_fill: bool) -> bool {
+        let p = &self.shared.placement;
+        let applies = peers_fill && p.replicated() && p.nodes > 1;
+        self.shared.from_peers.store(applies, Ordering::Relaxed);
+        applies
+    }
+
+    /// Holes of the node's blocks it takes from their home nodes, up to
+    /// `budget` bytes, each within one block; none while what was received
+    /// before is not staged yet.
+    pub(crate) fn holes_for_peers(&self, budget: u64) -> Vec<(u64, u64)> {
+        let s = &self.shared;
+        if !s.from_peers.load(Ordering::Relaxed)
+            || !s.writing.load(Ordering::Relaxed)
+            || !lock(&s.queue).received.is_empty()
+        {
+            return Vec::new();
+        }
+        let p = &s.placement;
+        let extents = lock(&s.extents);
+        let mut wanted = Vec::new();
+        let mut total = 0;
+        for b in (0..p.blocks()).filter(|b| b % p.nodes != p.node) {
+            let at = b * BLOCK;
+            for (h, n) in extents.holes(at, BLOCK.min(p.file_len - at)) {
+                if total >= budget {
+                    return wanted;
+                }
+                let n = n.min(budget - total);
+                wanted.push((h, n));
+                total += n;
+            }
+        }
+        wanted
+    }
+
+    /// Stages `bytes` (the database's at `at`, sent by another node) as
+    /// the writer can.
+    pub(crate) fn take_received(&self, at: u64, bytes: Vec<u8>) {
+        lock(&self.shared.queue).received.push_back((at, bytes));
+        self.shared.wake.notify_one();
     }
 
     /// Queues the parts of `runs` (read into `dest`, packed in file order)
@@ -370,6 +432,9 @@ impl NodeStage {
 
     fn close(&self) {
         let s = &self.shared;
+        // A kept stage is completed from the database file: the peers are
+        // gone.
+        s.from_peers.store(false, Ordering::Relaxed);
         lock(&s.queue).closing = if self.keep {
             Closing::Finish
         } else {
@@ -476,7 +541,8 @@ impl Shared {
         while *block < p.blocks() {
             let at = *block * BLOCK;
             let len = BLOCK.min(p.file_len - at);
-            if p.holds(p.node, *block) {
+            let elsewhere = self.from_peers.load(Ordering::Relaxed) && *block % p.nodes != p.node;
+            if p.holds(p.node, *block) && !elsewhere {
                 if let Some(&(h, n)) = lock(&self.extents).holes(at, len).first() {
                     return Some((h, n.min(FILL_PIECE)));
                 }
@@ -521,21 +587,27 @@ impl Shared {
         let mut last_manifest = Instant::now();
         let mut buf = Vec::new();
         loop {
-            let (next, closing) = {
+            let (next, received, closing) = {
                 let mut q = lock(&self.queue);
                 let stop = q.closing == Closing::Stop || !self.writing.load(Ordering::Relaxed);
                 let next = if stop { None } else { q.pieces.pop_front() };
                 q.busy = next.as_ref().map(|p| p.src);
                 if stop {
                     q.pieces.clear();
+                    q.received.clear();
                     drop(q);
                     self.released.notify_all();
                     break;
                 }
-                (next, q.closing)
+                let received = match next {
+                    None => q.received.pop_front(),
+                    Some(_) => None,
+                };
+                (next, received, q.closing)
             };
-            let staged = match next {
-                Some(piece) => {
+            let staged = match (next, received) {
+                (None, Some((at, bytes))) => self.stage(at, &bytes),
+                (Some(piece), _) => {
                     // SAFETY: the piece is in the window, which the reader
                     // does not read into before reclaiming it (and waiting
                     // for `busy` to move on), nor gives up before
@@ -546,14 +618,14 @@ impl Shared {
                     self.released.notify_all();
                     n
                 }
-                None if filling && self.serving.load(Ordering::SeqCst) > 0 => {
+                (None, None) if filling && self.serving.load(Ordering::SeqCst) > 0 => {
                     let q = lock(&self.queue);
-                    if q.pieces.is_empty() && q.closing == Closing::Open {
+                    if q.pieces.is_empty() && q.received.is_empty() && q.closing == Closing::Open {
                         let _ = self.wake.wait_timeout(q, Duration::from_millis(5));
                     }
                     0
                 }
-                None if filling => {
+                (None, None) if filling => {
                     let done = self.fill_one(&mut block, &mut buf);
                     let done = done.or_else(|| self.check_one(&mut checked_to));
                     if done.is_none() {
@@ -566,7 +638,7 @@ impl Shared {
                     }
                     done.unwrap_or(0)
                 }
-                None if closing == Closing::Finish => {
+                (None, None) if closing == Closing::Finish => {
                     // Kept complete: holes left by extents found bad after
                     // the fill ended are filled now.
                     block = 0;
@@ -576,9 +648,9 @@ impl Shared {
                     }
                     0
                 }
-                None => {
+                (None, None) => {
                     let q = lock(&self.queue);
-                    if q.pieces.is_empty() && q.closing == Closing::Open {
+                    if q.pieces.is_empty() && q.received.is_empty() && q.closing == Closing::Open {
                         let _ = self.wake.wait_timeout(q, Duration::from_secs(1));
                     }
                     0
