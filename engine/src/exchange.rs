@@ -13,6 +13,7 @@
 //! from its stage, and reads the rest (and whatever a peer could not
 //! give) from its own stage or the database file.
 
+use std::ops::Range;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -79,51 +80,80 @@ fn total(pieces: &[(u64, u64)]) -> usize {
     pieces.iter().map(|p| p.1 as usize).sum()
 }
 
+/// Bytes of one message at most: what a peer asked goes as several
+/// messages, each sent as soon as it is read from the stage, so the
+/// transfer of one overlaps the reading of the next.
+const MESSAGE: usize = 8 << 20;
+
+/// `pieces` cut into messages (at least one piece each, at most
+/// [`MESSAGE`] bytes unless one piece is longer): each message's pieces
+/// and its bytes in the pieces packed back to back. Sender and receiver
+/// cut the same list the same way.
+fn messages(pieces: &[(u64, u64)]) -> Vec<(Range<usize>, Range<usize>)> {
+    let mut out = Vec::new();
+    let (mut first, mut from, mut at) = (0, 0, 0);
+    for (i, &(_, len)) in pieces.iter().enumerate() {
+        if i > first && at + len as usize - from > MESSAGE {
+            out.push((first..i, from..at));
+            (first, from) = (i, at);
+        }
+        at += len as usize;
+    }
+    if pieces.len() > first {
+        out.push((first..pieces.len(), from..at));
+    }
+    out
+}
+
 impl RoundExchange {
     /// Takes part in the round's transfers without reading anything:
     /// receives what the peers send into scratch memory and answers every
     /// request "not staged", so that no peer waits for a reader whose round
     /// could not start. `runs` are the reader's runs of the round.
     pub(crate) fn settle(&self, runs: &[ReadRun]) {
-        let mut scratch: Vec<[Vec<u8>; 3]> = self
+        let asked: Vec<[Pieces; 2]> = self
             .receive
             .iter()
             .map(|a| {
-                let len: u64 = a
+                let lens = a
                     .runs
                     .iter()
-                    .filter_map(|&i| runs.get(i))
-                    .map(|r| r.len)
-                    .sum();
+                    .map(|&i| (0, runs.get(i).map_or(0, |r| r.len)));
+                [lens.collect(), a.fills.clone()]
+            })
+            .collect();
+        let mut scratch: Vec<[Vec<u8>; 3]> = asked
+            .iter()
+            .map(|[r, f]| {
                 [
-                    vec![0u8; len as usize],
-                    vec![0u8; a.runs.len() + a.fills.len()],
-                    vec![0u8; total(&a.fills)],
+                    vec![0u8; total(r)],
+                    vec![0u8; r.len() + f.len()],
+                    vec![0u8; total(f)],
                 ]
             })
             .collect();
         let mut transfers = Transfers::new(self.data.comm());
         let mut posted = Ok(());
-        for (a, [bytes, answer, fills]) in self.receive.iter().zip(&mut scratch) {
+        let receives = self.receive.iter().zip(&asked).zip(&mut scratch);
+        for ((a, [r, f]), [bytes, answer, fills]) in receives {
             // SAFETY: `scratch` outlives the transfers, waited for below
             // (or on drop) before it goes, and is not touched meanwhile.
             posted = posted.and_then(|()| unsafe {
-                if !a.runs.is_empty() {
-                    transfers.receive(a.peer, self.tag, bytes)?;
+                for (_, at) in messages(r) {
+                    transfers.receive(a.peer, self.tag, &mut bytes[at])?;
                 }
-                if !a.fills.is_empty() {
-                    transfers.receive(a.peer, self.tag + 2, fills)?;
+                for (_, at) in messages(f) {
+                    transfers.receive(a.peer, self.tag + 2, &mut fills[at])?;
                 }
                 transfers.receive(a.peer, self.tag + 1, answer)
             });
         }
         for (peer, runs, fills) in &self.serve {
             posted = posted.and_then(|()| {
-                if !runs.is_empty() {
-                    transfers.send(*peer, self.tag, vec![0; total(runs)])?;
-                }
-                if !fills.is_empty() {
-                    transfers.send(*peer, self.tag + 2, vec![0; total(fills)])?;
+                for (pieces, tag) in [(runs, self.tag), (fills, self.tag + 2)] {
+                    for (_, at) in messages(pieces) {
+                        transfers.send(*peer, tag, vec![0; at.len()])?;
+                    }
                 }
                 transfers.send(*peer, self.tag + 1, vec![0; runs.len() + fills.len()])
             });
@@ -426,11 +456,11 @@ pub(crate) fn read_runs(
         // complete (waited for below, or on drop); `answer` and `fills`
         // outlive them.
         unsafe {
-            if !pieces.is_empty() {
-                receiving.receive_scattered(a.peer, ex.tag, dest.ptr, pieces)?;
+            for (m, _) in messages(pieces) {
+                receiving.receive_scattered(a.peer, ex.tag, dest.ptr, &pieces[m])?;
             }
-            if !fills.is_empty() {
-                receiving.receive(a.peer, ex.tag + 2, fills)?;
+            for (_, at) in messages(&a.fills) {
+                receiving.receive(a.peer, ex.tag + 2, &mut fills[at])?;
             }
             receiving.receive(a.peer, ex.tag + 1, answer)?;
         }
@@ -504,22 +534,17 @@ fn serve<'c>(
     let mut sending = Transfers::new(comm);
     for (peer, runs, fills) in &ex.serve {
         let mut answer = Vec::with_capacity(runs.len() + fills.len());
-        let mut gather = |pieces: &[(u64, u64)]| {
-            let mut bytes = vec![0u8; total(pieces)];
-            let mut at = 0usize;
-            for &(offset, len) in pieces {
-                let place = &mut bytes[at..at + len as usize];
-                answer.push(u8::from(stage.is_some_and(|s| s.read_into(place, offset))));
-                at += len as usize;
+        for (pieces, tag) in [(runs, ex.tag), (fills, ex.tag + 2)] {
+            for (m, at) in messages(pieces) {
+                let mut bytes = vec![0u8; at.len()];
+                let mut place = bytes.as_mut_slice();
+                for &(offset, len) in &pieces[m] {
+                    let (here, rest) = place.split_at_mut(len as usize);
+                    answer.push(u8::from(stage.is_some_and(|s| s.read_into(here, offset))));
+                    place = rest;
+                }
+                sending.send(*peer, tag, bytes)?;
             }
-            bytes
-        };
-        let (run_bytes, fill_bytes) = (gather(runs), gather(fills));
-        if !runs.is_empty() {
-            sending.send(*peer, ex.tag, run_bytes)?;
-        }
-        if !fills.is_empty() {
-            sending.send(*peer, ex.tag + 2, fill_bytes)?;
         }
         sending.send(*peer, ex.tag + 1, answer)?;
     }
@@ -565,6 +590,22 @@ mod tests {
             ]
         );
         assert_eq!(split.buffer_len, 2 * BLOCK + 27);
+    }
+
+    #[test]
+    fn messages_hold_whole_pieces_and_cover_them_in_order() {
+        let m = MESSAGE as u64;
+        let pieces = [(0, m / 2), (9, m / 2), (5, 1), (7, 2 * m), (1, 3)];
+        assert_eq!(
+            messages(&pieces),
+            vec![
+                (0..2, 0..MESSAGE),
+                (2..3, MESSAGE..MESSAGE + 1),
+                (3..4, MESSAGE + 1..3 * MESSAGE + 1),
+                (4..5, 3 * MESSAGE + 1..3 * MESSAGE + 4),
+            ]
+        );
+        assert!(messages(&[]).is_empty());
     }
 
     #[test]

@@ -493,7 +493,7 @@ fn wait_politely(comm: RawComm, request: &mut ffi::MPI_Request, call: &'static s
 ///
 /// Gives up past the timeout (see [`super::deadline`]), naming the ranks of
 /// `comm` that did not arrive.
-pub(super) fn wait_all_politely(
+fn wait_all_politely(
     comm: RawComm,
     requests: &mut [ffi::MPI_Request],
     call: &'static str,
@@ -535,7 +535,7 @@ pub(super) fn wait_all_politely(
 }
 
 /// The error of a wait given up: which ranks of `comm` never arrived.
-fn timed_out(comm: RawComm, call: &'static str, started: std::time::Instant) -> Error {
+pub(super) fn timed_out(comm: RawComm, call: &'static str, started: std::time::Instant) -> Error {
     let missing = super::deadline::missing_ranks(comm);
     let waited = started.elapsed().as_secs_f64();
     let who = if missing.is_empty() {

@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use mpi::ffi;
 
-use super::comm::wait_all_politely;
+use super::comm::timed_out;
 use super::{check, Comm};
 use lmdbio_core::error::{Error, Result};
 
@@ -157,11 +157,7 @@ impl<'c> Transfers<'c> {
     /// [`super::deadline`]); requests given up on stay active, and their
     /// send buffers are leaked with them.
     pub fn wait(mut self) -> Result<()> {
-        let done = wait_all_politely(
-            self.comm.raw(),
-            &mut self.requests,
-            "exchange between nodes",
-        );
+        let done = wait_all_busily(self.comm.raw(), &mut self.requests);
         if done.is_err() {
             std::mem::forget(std::mem::take(&mut self.sent));
         }
@@ -181,6 +177,42 @@ impl Drop for Transfers<'_> {
             };
             let _ = me.wait();
         }
+    }
+}
+
+/// Completes `requests`, testing them again as soon as the thread's turn
+/// comes back, past the timeout giving up as the collectives do (see
+/// [`super::deadline`]). Not the collectives' polite wait with its pauses:
+/// MPI moves a large message between processes of one machine only while
+/// both sides test it, a piece per test, so pauses of a millisecond held a
+/// round's transfer to a fraction of the memory's speed.
+fn wait_all_busily(comm: ffi::MPI_Comm, requests: &mut [ffi::MPI_Request]) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let mut done: c_int = 0;
+        check(
+            // SAFETY: requests we started (or null ones); MPI_STATUSES_IGNORE
+            // is a valid statuses argument.
+            unsafe {
+                ffi::MPI_Testall(
+                    requests.len() as c_int,
+                    requests.as_mut_ptr(),
+                    &mut done,
+                    ffi::RSMPI_STATUSES_IGNORE,
+                )
+            },
+            "MPI_Testall",
+        )?;
+        if done != 0 {
+            return Ok(());
+        }
+        if super::deadline::answer_roll_calls(comm) {
+            super::deadline::give_up();
+        }
+        if super::deadline::expired(started) {
+            return Err(timed_out(comm, "exchange between nodes", started));
+        }
+        std::thread::yield_now();
     }
 }
 
