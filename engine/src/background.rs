@@ -164,16 +164,17 @@ pub(crate) fn read_and_publish(
     if let Some(stage) = stage {
         stage.reclaim(dest);
     }
+    let epoch = epochs.iter().copied().min().unwrap_or_default();
     // Runs other nodes send leave the database file to the filler.
     let asked = exchange.map(RoundExchange::asked).unwrap_or_default();
     let serving = match asked.is_empty() {
-        true => stage.and_then(|s| s.serving(runs)),
+        true => stage.and_then(|s| s.serving(runs, epoch)),
         false => {
             let mine: Vec<ReadRun> = (0..runs.len())
                 .filter(|i| asked.binary_search(i).is_err())
                 .map(|i| runs[i])
                 .collect();
-            stage.and_then(|s| s.serving(&mine))
+            stage.and_then(|s| s.serving(&mine, epoch))
         }
     };
     let staged: Vec<AtomicBool> = match stage {

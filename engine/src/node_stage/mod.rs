@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -104,6 +104,8 @@ struct Shared {
     /// Serving reads of the database in progress: the filler waits for
     /// none to be (see `NodeStage::serving`).
     serving: AtomicUsize,
+    /// The first epoch the job read (see [`NodeStage::serving`]).
+    first_epoch: AtomicU64,
     /// The database file, for the filler's reads.
     db: FileSource,
     tally: Arc<ReadTally>,
@@ -238,6 +240,7 @@ impl NodeStage {
             from_peers: AtomicBool::new(placement.replicated() && placement.nodes > 1),
             warned,
             serving: AtomicUsize::new(0),
+            first_epoch: AtomicU64::new(u64::MAX),
             db,
             tally,
         });
@@ -416,8 +419,15 @@ impl NodeStage {
     /// block-layer schedulers (`none`, `mq-deadline`) do not heed it, and a
     /// fill read beside a serving read slows the one the ranks wait for.
     /// `None` when the stage holds all of `runs`: a round read from the
-    /// stage leaves the database to the filler.
-    pub(crate) fn serving(&self, runs: &[ReadRun]) -> Option<Serving<'_>> {
+    /// stage leaves the database to the filler. Only in the job's first
+    /// epoch (`epoch` is the round's first): later, runs the stages lack
+    /// are read from the file each epoch until the filler is done, and
+    /// holding it back there kept it from ever catching up.
+    pub(crate) fn serving(&self, runs: &[ReadRun], epoch: u64) -> Option<Serving<'_>> {
+        let first = self.shared.first_epoch.fetch_min(epoch, Ordering::Relaxed);
+        if epoch > first {
+            return None;
+        }
         let extents = lock(&self.shared.extents);
         if runs
             .iter()
