@@ -2,7 +2,9 @@
 //! stage directory): staged epochs deliver liblmdb's records exactly, a
 //! kept stage is reused by the next job instead of the database file, and
 //! a damaged, foreign, full or unwritable stage falls back to the file with
-//! one warning and the right bytes.
+//! one warning and the right bytes. Blocks held by other nodes arrive from
+//! them over MPI (the exchange, compared with `LMDBIO_STAGE_EXCHANGE=off`),
+//! and replicated stages fill each other instead of each reading the file.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
