@@ -470,7 +470,7 @@ pub(crate) fn read_runs(
     let first_remote = order.iter().position(|&i| remote[i]).unwrap_or(order.len());
     let stage = file.stage();
     let (read, served) = std::thread::scope(|scope| {
-        let server = scope.spawn(|| serve(comm, ex, stage));
+        let server = scope.spawn(|| serve(&ex.data, ex, stage));
         let head = |n: usize| local_at.get(n).copied().unwrap_or(order.len());
         let read = file.read_runs(
             runs,
@@ -527,11 +527,11 @@ pub(crate) fn read_runs(
 /// Sends each peer what it asked for, from this node's stage, with one
 /// byte per run and per fill saying whether it held the bytes sent.
 fn serve<'c>(
-    comm: &'c Comm,
+    peers: &'c PeerComm,
     ex: &RoundExchange,
     stage: Option<&NodeStage>,
 ) -> Result<Transfers<'c>> {
-    let mut sending = Transfers::new(comm);
+    let mut sending = Transfers::new(peers.comm());
     for (peer, runs, fills) in &ex.serve {
         let mut answer = Vec::with_capacity(runs.len() + fills.len());
         for (pieces, tag) in [(runs, ex.tag), (fills, ex.tag + 2)] {
