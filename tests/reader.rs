@@ -278,10 +278,20 @@ fn kept_leaf_pages_are_the_files_whether_read_in_place_or_held() {
         ] {
             let what = format!("{}: {slots} slots, budget {budget}, chunk {chunk}", fx.name);
             let mut area = vec![0u8; slots * psize];
+            // Without keys: the same entries, every key's place counted.
+            let (keyless, _) =
+                parse_leaves_keeping(&db, &tree, &leaves, chunk, budget, &mut area, false).unwrap();
+            assert!(keyless.entries == whole.entries, "{what}: entries differ");
+            assert!(keyless.keys.is_empty(), "{what}: keys held");
+            assert_eq!(keyless.key_bytes, whole.keys.len() as u64, "{what}");
             let (part, mut kept) =
-                parse_leaves_keeping(&db, &tree, &leaves, chunk, budget, &mut area).unwrap();
+                parse_leaves_keeping(&db, &tree, &leaves, chunk, budget, &mut area, true).unwrap();
             assert!(part.entries == whole.entries, "{what}: entries differ");
             assert!(part.keys == whole.keys, "{what}: keys differ");
+            let ends = |i: usize| whole.key(i).to_vec();
+            let want = (!whole.is_empty()).then(|| (ends(0), ends(whole.len() - 1)));
+            let got = part.order.ends().map(|(f, l)| (f.to_vec(), l.to_vec()));
+            assert_eq!(got, want, "{what}: first and last keys");
             let room = if slots > 0 { slots } else { usize::MAX };
             let expect = inline.len().min(room).min((budget / psize as u64) as usize);
             let check = |kept: &lmdbio::index::KeptLeaves, area: &[u8]| {

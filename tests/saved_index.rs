@@ -14,6 +14,8 @@ use lmdbio_testkit::{self as kit, oracle_lines};
 /// nodes loaded a saved index.
 struct Ran {
     lines: Vec<String>,
+    /// Each rank's lines in the order it got them, by rank.
+    ranks: Vec<Vec<String>>,
     loaded_nodes: u64,
 }
 
@@ -45,14 +47,18 @@ fn run(fx: &kit::Fixture, n: usize, per_node: usize, extra: &[&str]) -> Ran {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut lines = Vec::new();
-    for entry in std::fs::read_dir(&trace).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        lines.extend(text.lines().map(str::to_owned));
+    let mut ranks = Vec::new();
+    for rank in 0..n {
+        let text = std::fs::read_to_string(trace.join(format!("rank-{rank}.tsv"))).unwrap();
+        let mine: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines.extend(mine.iter().cloned());
+        ranks.push(mine);
     }
     lines.sort();
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     Ran {
         lines,
+        ranks,
         loaded_nodes: doc["runs"][0]["index_loaded_nodes"].as_u64().unwrap(),
     }
 }
@@ -139,28 +145,31 @@ fn saved_indexes_of_another_state_damaged_or_of_another_database_are_rebuilt() {
     expect(&fx, &oracle, (2, 1), false);
     expect(&fx, &oracle, (3, 1), true);
 
-    // Cut short, or damaged in its entries or keys.
+    // Cut short, or damaged in its entries, restart table or keys (the
+    // header's word 13 gives the entries' length; one chunk of records:
+    // a 40-byte restart table follows them, then the keys).
     let whole = std::fs::read(&saved).unwrap();
+    let entries_len = u64::from_le_bytes(whole[120..128].try_into().unwrap()) as usize;
+    let table = 192 + entries_len;
     let damages: Vec<(&str, Vec<u8>)> = vec![
         ("truncated", whole[..whole.len() / 2].to_vec()),
         ("header only", whole[..192].to_vec()),
         ("empty", Vec::new()),
         ("entry bit flipped", {
             let mut d = whole.clone();
-            d[200 + 3 * 100] ^= 4;
+            d[192 + entries_len / 2] ^= 4;
             d
         }),
-        // One chunk of records: a 24-byte restart table ends the file.
         ("key bit flipped", {
             let mut d = whole.clone();
-            let in_keys = d.len() - 24 - 3;
+            let in_keys = d.len() - 3;
+            assert!(in_keys > table + 40);
             d[in_keys] ^= 1;
             d
         }),
         ("restart table bit flipped", {
             let mut d = whole.clone();
-            let last = d.len() - 3;
-            d[last] ^= 1;
+            d[table + 3] ^= 1;
             d
         }),
     ];
@@ -235,5 +244,194 @@ fn a_read_only_directory_saves_in_the_cache_or_nowhere_without_error() {
     make_writable(&dir);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
+    }
+}
+
+/// Trace lines without their key (the first field).
+fn values_only(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l.split_once(' ').map_or(l.as_str(), |(_, v)| v).to_owned())
+        .collect()
+}
+
+/// Runs without keys (`extra` plus `--no-keys`) and requires each rank to
+/// get the values `keyed` (a run with keys) got, in the same order, with
+/// `loaded` nodes having loaded a saved index.
+fn expect_keyless(
+    fx: &kit::Fixture,
+    keyed: &Ran,
+    (n, per_node): (usize, usize),
+    loaded: bool,
+    extra: &[&str],
+) {
+    let ran = run(fx, n, per_node, &[extra, &["--no-keys"]].concat());
+    for (rank, (got, want)) in ran.ranks.iter().zip(&keyed.ranks).enumerate() {
+        assert!(
+            got.iter().all(|l| l.starts_with(' ')),
+            "{}: -n {n}: rank {rank} got keys it did not ask for",
+            fx.name
+        );
+        assert!(
+            values_only(got) == values_only(want),
+            "{}: -n {n}, {per_node} per node, {extra:?}: rank {rank} differs without keys",
+            fx.name
+        );
+    }
+    let nodes = if loaded { (n / per_node) as u64 } else { 0 };
+    assert_eq!(
+        ran.loaded_nodes, nodes,
+        "{}: -n {n}, {extra:?}: nodes that loaded a saved index without keys",
+        fx.name
+    );
+}
+
+/// Without keys a node holds none, scanning or loading: every rank gets
+/// the records a job with keys gets (which are liblmdb's), in the same
+/// order. A scan without keys saves an index without them, which a job
+/// with keys refuses (it scans and saves one with keys), and which jobs
+/// without keys load, as they load one with keys.
+#[test]
+fn jobs_without_keys_deliver_liblmdb_records_scanning_and_loading() {
+    let fixtures = [
+        kit::inline_only(3000, 151),
+        kit::overflow_only(40, 152),
+        kit::random_order(600, 153),
+        kit::churned(154),
+    ];
+    let scan = ["--no-saved-index"];
+    for fx in &fixtures {
+        let oracle = oracle_lines(fx);
+        let mut keyed = Vec::new();
+        for shape in [(1, 1), (2, 1), (3, 1), (4, 2)] {
+            let ran = run(fx, shape.0, shape.1, &scan);
+            assert!(ran.lines == oracle, "{}: {shape:?}: differs", fx.name);
+            expect_keyless(fx, &ran, shape, false, &scan);
+            keyed.push(ran);
+        }
+        // The first saves an index without keys, the next loads it.
+        expect_keyless(fx, &keyed[0], (1, 1), false, &[]);
+        expect_keyless(fx, &keyed[2], (3, 1), true, &[]);
+        expect(fx, &oracle, (2, 1), false);
+        expect(fx, &oracle, (2, 1), true);
+        expect_keyless(fx, &keyed[3], (4, 2), true, &[]);
+    }
+}
+
+/// Swaps two of a depth-2 tree's leaves in its root page: the last leaf
+/// of the first node's half with the first of the second's, so each half
+/// is in key order and only the seam between them is not.
+fn swap_leaves_at_the_middle(fx: &kit::Fixture) {
+    let db = lmdbio::Database::open(&fx.path).unwrap();
+    let tree = db.tree(None).unwrap();
+    assert_eq!(tree.db.md_depth, 2, "{}: not a two-level tree", fx.name);
+    let psize = db.page_size() as usize;
+    let root = tree.db.md_root as usize * psize;
+    drop(db);
+    let path = fx.data_file();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    // The node count from the page header's lower bound.
+    let nodes = (u16_at(&bytes, root + 12) - 16) / 2;
+    assert!(nodes >= 4, "{}: {nodes} leaves", fx.name);
+    let node = |b: &[u8], i: usize| root + u16_at(b, root + 16 + 2 * i);
+    let (a, b) = (node(&bytes, nodes / 2 - 1), node(&bytes, nodes / 2));
+    // A branch node's child is its first 6 bytes (lo, hi, flags).
+    let first: Vec<u8> = bytes[a..a + 6].to_vec();
+    bytes.copy_within(b..b + 6, a);
+    bytes[b..b + 6].copy_from_slice(&first);
+    std::fs::write(&path, bytes).unwrap();
+}
+
+/// Keys out of order are refused with and without keys held, on one node
+/// and at the seam between two nodes' shares of the leaves.
+#[test]
+fn keys_out_of_order_are_refused_with_or_without_keys() {
+    let fx = kit::inline_only(3000, 161);
+    swap_leaves_at_the_middle(&fx);
+    for (n, extra) in [
+        (1, &["--no-keys"][..]),
+        (2, &["--no-keys"]),
+        (3, &["--no-keys"]),
+        (2, &[]),
+    ] {
+        let out_dir = kit::TempDir::new().unwrap();
+        let mut cmd: Command = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
+        cmd.args(["bench", "--batch", "7", "--ranks-per-node", "1"])
+            .args(["--no-saved-index", "--trace"])
+            .arg(out_dir.path().join("trace"))
+            .args(extra)
+            .arg(&fx.path);
+        let out = kit::run_bounded(cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "-n {n} {extra:?}: served a tree out of order"
+        );
+        assert!(
+            stderr.contains("out of order") || stderr.contains("out of key order"),
+            "-n {n} {extra:?}: {stderr}"
+        );
+    }
+}
+
+/// `MDB_val`: a length and a pointer.
+#[repr(C)]
+struct MdbVal {
+    size: usize,
+    data: *const u8,
+}
+
+extern "C" {
+    /// liblmdb's, linked in by the lmdb crate.
+    fn mdb_set_compare(
+        txn: *mut std::ffi::c_void,
+        dbi: u32,
+        cmp: extern "C" fn(*const MdbVal, *const MdbVal) -> std::ffi::c_int,
+    ) -> std::ffi::c_int;
+}
+
+/// Bytewise, largest first: a key order the file does not record.
+extern "C" fn descending(a: *const MdbVal, b: *const MdbVal) -> std::ffi::c_int {
+    // SAFETY: liblmdb passes two valid MDB_vals whose data it holds for
+    // the call.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts((*a).data, (*a).size),
+            std::slice::from_raw_parts((*b).data, (*b).size),
+        )
+    };
+    b.cmp(a) as std::ffi::c_int
+}
+
+/// A database liblmdb wrote with a comparator of the application's
+/// (`mdb_set_compare`), which the file does not record: its keys are out
+/// of the order the tree's flags give, and lmdbio refuses it rather than
+/// serve records in an order liblmdb's readers would not see.
+#[test]
+fn a_tree_written_with_a_custom_comparator_is_refused() {
+    use lmdb::Transaction;
+    let (fx, env) = kit::new_fixture("custom-compare", kit::EnvSpec::default());
+    let db = env.open_db(None).unwrap();
+    let mut txn = env.begin_rw_txn().unwrap();
+    // SAFETY: a live write transaction and its database handle; the
+    // comparator is a plain function that lives for the program.
+    let rc = unsafe { mdb_set_compare(txn.txn() as *mut _, db.dbi(), descending) };
+    assert_eq!(rc, 0);
+    for i in 0..3000u32 {
+        let key = format!("{i:08}");
+        txn.put(db, &key, &[i as u8; 100], lmdb::WriteFlags::empty())
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    drop(env);
+    for n in [1, 2] {
+        let mut cmd: Command = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
+        cmd.args(["bench", "--ranks-per-node", "1", "--no-saved-index"])
+            .arg(&fx.path);
+        let out = kit::run_bounded(cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "-n {n}: served a tree out of order");
+        assert!(stderr.contains("out of order"), "-n {n}: {stderr}");
     }
 }

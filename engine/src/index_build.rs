@@ -7,13 +7,14 @@ use super::agree::{agree, agree_ok, local};
 use super::data_file::{DataFile, DataSource};
 use super::inline_pages;
 use super::node_memory::{entries_as_bytes, NodeMemory};
-use super::saved_index::{self, Place};
+use super::saved_index::{self, Decoded, Place};
 use crate::mpi_raw::Comm;
 use lmdbio_core::database::{Database, Tree};
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::index::saved::{SavedIdentity, SavedIndex};
 use lmdbio_core::index::{
-    check_index, parse_leaves_keeping, walk_tree, IndexOptions, IndexPart, KeptLeaves, TreePages,
+    check_index, first_bad_seam, parse_leaves_keeping, walk_tree, IndexOptions, IndexPart,
+    KeptLeaves, TreePages,
 };
 use lmdbio_core::source::{IoSnapshot, ReadAt};
 
@@ -21,8 +22,8 @@ use lmdbio_core::source::{IoSnapshot, ReadAt};
 pub(crate) struct ScannedIndex<'f> {
     /// On masters: the database and this master's part of the index.
     state: Option<MasterState<'f>>,
-    /// Entries and key bytes of each master's part (on masters).
-    counts: Vec<(u64, u64)>,
+    /// What each master's part holds (on masters).
+    counts: Vec<PartCount>,
     pub records: usize,
     pub key_bytes: usize,
     /// Bytes of every record's value together.
@@ -45,6 +46,19 @@ pub(crate) struct ScannedIndex<'f> {
     pub loaded: bool,
 }
 
+/// What one master's part of a scan holds, as the gather needs it.
+#[derive(Clone, Copy, Default)]
+struct PartCount {
+    entries: u64,
+    /// Bytes of keys the part holds (none when the front end asked for
+    /// none).
+    held_keys: u64,
+    /// Bytes its keys take, held or not: where its keys start counts them.
+    key_bytes: u64,
+    /// Lengths of its first and last keys (for the seams' check).
+    ends: (u64, u64),
+}
+
 /// What a master holds after opening the tree: the database, the tree,
 /// (on master 0 only) its pages, and its reader's plan granule.
 type OpenedTree<'f> = (Database<DataSource<'f>>, Tree, Option<TreePages>, u64);
@@ -58,8 +72,9 @@ struct MasterState<'f> {
     /// See `ScannedIndex::plan_granule`.
     granule: u64,
     /// The saved index every master loaded instead of scanning (`part`
-    /// is then empty).
+    /// is then empty), and where it was decoded.
     saved: Option<SavedIndex>,
+    decoded: Option<Decoded>,
     /// Where master 0 saves the index it gathers, and the database state
     /// it belongs to (none if loaded).
     save_to: Option<(Place, SavedIdentity)>,
@@ -86,11 +101,13 @@ const SIZES: usize = 9;
 /// and key bytes of every master's part, and the sizes. `None` when this
 /// master did its part but another master failed: that master's error is
 /// the one the agreement carries.
-type MasterScan<'f> = Option<(MasterState<'f>, Vec<(u64, u64)>, [i64; SIZES])>;
+type MasterScan<'f> = Option<(MasterState<'f>, Vec<PartCount>, [i64; SIZES])>;
 
 /// Reads the tree and sizes the index, ending in one agreement over
 /// `world`. `masters` is present on masters (every master is a reader);
-/// `file` is the reader's file, or why it could not be opened.
+/// `file` is the reader's file, or why it could not be opened; `area` the
+/// node's window from the index's place on where a master has one (see
+/// `inline_pages::scan_area`); the node holds keys only if `keys`.
 ///
 /// One agreement, not one per phase: each agreement over the world before the
 /// first value is read delays every rank (see docs/design/agreement.md). The
@@ -103,11 +120,11 @@ pub(crate) fn scan<'f>(
     file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
     keep_budget: u64,
-    keep_area: &mut [u8],
+    area: &mut [u8],
     (saved, keys): (Option<&Place>, bool),
 ) -> Result<ScannedIndex<'f>> {
     let local = match masters {
-        Some(m) => master_scan(m, file, subdb, keep_budget, keep_area, (saved, keys)),
+        Some(m) => master_scan(m, file, subdb, keep_budget, area, (saved, keys)),
         None => file.map(|_| None),
     };
     let mut sizes = [i64::MAX; SIZES];
@@ -143,12 +160,19 @@ pub(crate) fn scan<'f>(
 }
 
 impl ScannedIndex<'_> {
-    /// Copies the leaf pages the scan read into the window (`area`, as
-    /// given to [`scan`]) out to private memory: the window is about to be
-    /// made anew.
-    pub(crate) fn hold_placed(&mut self, area: &[u8]) {
-        if let Some(state) = &mut self.state {
-            state.kept.hold_placed(area);
+    /// Copies the leaf pages the scan read into the window, or the saved
+    /// index decoded there (`area`, as given to [`scan`]), out to private
+    /// memory: the window is about to be made anew.
+    pub(crate) fn hold_placed(&mut self, area: &mut [u8]) {
+        let Some(state) = &mut self.state else {
+            return;
+        };
+        state
+            .kept
+            .hold_placed(inline_pages::keep_area(area, u64::MAX));
+        if matches!(state.decoded, Some(Decoded::InPlace)) {
+            let len = self.records * 24 + self.key_bytes;
+            state.decoded = Some(Decoded::Held(area[..len].to_vec()));
         }
     }
 }
@@ -168,10 +192,14 @@ struct PartSizes {
     txnid: u64,
     kept_pages: u64,
     digest: u64,
+    /// Bytes its keys take, held or not.
+    all_key_bytes: u64,
+    first_key_len: u64,
+    last_key_len: u64,
 }
 
 impl PartSizes {
-    const WORDS: usize = 10;
+    const WORDS: usize = 13;
 
     fn of(state: &MasterState) -> PartSizes {
         let entries = &state.part.entries;
@@ -190,6 +218,18 @@ impl PartSizes {
             txnid: state.db.meta().mm_txnid,
             kept_pages: state.kept.len() as u64,
             digest: state.db.identity_digest(&state.tree),
+            all_key_bytes: state.part.key_bytes,
+            first_key_len: state.part.order.ends().map_or(0, |e| e.0.len() as u64),
+            last_key_len: state.part.order.ends().map_or(0, |e| e.1.len() as u64),
+        }
+    }
+
+    fn count(&self) -> PartCount {
+        PartCount {
+            entries: self.entries,
+            held_keys: self.key_bytes,
+            key_bytes: self.all_key_bytes,
+            ends: (self.first_key_len, self.last_key_len),
         }
     }
 
@@ -205,6 +245,9 @@ impl PartSizes {
             self.txnid as i64,
             self.kept_pages as i64,
             self.digest as i64,
+            self.all_key_bytes as i64,
+            self.first_key_len as i64,
+            self.last_key_len as i64,
         ]
     }
 
@@ -220,6 +263,9 @@ impl PartSizes {
             txnid: w[7] as u64,
             kept_pages: w[8] as u64,
             digest: w[9] as u64,
+            all_key_bytes: w[10] as u64,
+            first_key_len: w[11] as u64,
+            last_key_len: w[12] as u64,
         }
     }
 }
@@ -231,13 +277,15 @@ fn master_scan<'f>(
     file: Result<Option<&'f DataFile>>,
     subdb: Option<&str>,
     keep_budget: u64,
-    keep_area: &mut [u8],
+    area: &mut [u8],
     (saved, keys): (Option<&Place>, bool),
 ) -> Result<MasterScan<'f>> {
     let loadable = file.as_ref().ok().copied().flatten();
-    if let Some(loaded) = saved_index::load_on_masters(masters, loadable, subdb, saved)? {
+    let found = saved_index::load_on_masters(masters, loadable, subdb, saved, (keys, area))?;
+    if let Some(loaded) = found {
         return Ok(Some(from_saved(loaded, keys)));
     }
+    let keep_area = inline_pages::keep_area(area, keep_budget);
     // Before the meta pages are read (see saved_index::mtime_ns).
     let mtime = match (&file, saved) {
         (Ok(Some(f)), Some(_)) if masters.rank() == 0 => saved_index::mtime_ns(f.path()),
@@ -260,12 +308,11 @@ fn master_scan<'f>(
         let save_to = saved
             .filter(|_| masters.rank() == 0)
             .map(|p| (p.clone(), saved_index::identity(&db, &tree, mtime)));
-        local(|| parse_part(masters, (db, tree, granule), &bytes, keep_budget, keep_area)).map(
-            |mut state| {
-                state.save_to = save_to;
-                Some(state)
-            },
-        )
+        let keeping = (keep_budget, keep_area, keys);
+        local(|| parse_part(masters, (db, tree, granule), &bytes, keeping)).map(|mut state| {
+            state.save_to = save_to;
+            Some(state)
+        })
     });
     let mine = match &parsed {
         Ok(Some(state)) => PartSizes::of(state).words(),
@@ -294,7 +341,7 @@ fn master_scan<'f>(
             state.db.source().path().display()
         )));
     }
-    let counts: Vec<(u64, u64)> = parts.iter().map(|p| (p.entries, p.key_bytes)).collect();
+    let counts: Vec<PartCount> = parts.iter().map(PartSizes::count).collect();
     let mut sizes = [0i64; SIZES];
     let mut set = |s: Agreed, v: u64| sizes[s as usize] = v as i64;
     set(Agreed::Records, parts.iter().map(|p| p.entries).sum());
@@ -372,8 +419,7 @@ fn parse_part<'f>(
     masters: &Comm,
     (db, tree, granule): (Database<DataSource<'f>>, Tree, u64),
     page_list: &[u8],
-    keep_budget: u64,
-    keep_area: &mut [u8],
+    (keep_budget, keep_area, keys): (u64, &mut [u8], bool),
 ) -> Result<MasterState<'f>> {
     let pages = decode_pages(page_list)?;
     let n = pages.leaves.len();
@@ -390,6 +436,7 @@ fn parse_part<'f>(
         chunk,
         keep_budget,
         keep_area,
+        keys,
     )?;
     Ok(MasterState {
         db,
@@ -399,6 +446,7 @@ fn parse_part<'f>(
         kept,
         granule,
         saved: None,
+        decoded: None,
         save_to: None,
     })
 }
@@ -409,7 +457,7 @@ fn parse_part<'f>(
 fn from_saved(
     loaded: saved_index::Loaded,
     keys: bool,
-) -> (MasterState, Vec<(u64, u64)>, [i64; SIZES]) {
+) -> (MasterState, Vec<PartCount>, [i64; SIZES]) {
     let summary = loaded.index.summary();
     let page_size = u64::from(loaded.db.page_size());
     let txnid = loaded.db.meta().mm_txnid;
@@ -433,35 +481,52 @@ fn from_saved(
         kept: KeptLeaves::default(),
         granule: loaded.granule,
         saved: Some(loaded.index),
+        decoded: Some(loaded.decoded),
         save_to: None,
     };
-    (state, vec![(summary.records, summary.key_bytes)], sizes)
+    (state, Vec::new(), sizes)
 }
 
 /// Gathers every master's part into this node's shared index and checks
-/// the whole.
+/// the whole: each part's keys were checked in order as they were parsed,
+/// the seams between parts are checked here with the parts' first and
+/// last keys, gathered with the parts.
 fn gather_into(
     masters: &Comm,
     index: &mut NodeMemory,
-    counts: &[(u64, u64)],
+    counts: &[PartCount],
     mut state: MasterState,
 ) -> Result<()> {
-    if let Some(saved) = &state.saved {
-        // SAFETY: as below; every master loaded the whole index itself.
-        let (entries, keys) = unsafe { index.index_regions_mut() };
-        // An empty key region: the front end asked for no keys.
-        let keys = Some(keys).filter(|k| !k.is_empty());
-        saved
-            .decode_into(entries, keys)
-            .map_err(|why| Error::Internal(format!("a saved index checked at open: {why}")))?;
+    if let Some(decoded) = state.decoded.take() {
+        if let Decoded::Held(bytes) = decoded {
+            // SAFETY: as below; every master loaded the whole index itself.
+            let (entries, keys) = unsafe { index.index_regions_mut() };
+            let (e, k) = bytes.split_at(entries.len().min(bytes.len()));
+            if e.len() != entries.len() || k.len() != keys.len() {
+                return Err(Error::Internal(format!(
+                    "a saved index of {} bytes decoded for {} of index",
+                    bytes.len(),
+                    entries.len() + keys.len()
+                )));
+            }
+            entries.copy_from_slice(e);
+            keys.copy_from_slice(k);
+        }
         return inline_pages::publish_kept(index, &state.kept);
     }
-    let key_base: u64 = counts[..masters.rank()].iter().map(|c| c.1).sum();
+    let rank = masters.rank();
+    let key_base: u64 = counts[..rank].iter().map(|c| c.key_bytes).sum();
     for e in &mut state.part.entries {
         e.key_start += key_base;
     }
-    let entry_counts: Vec<u64> = counts.iter().map(|c| c.0 * 24).collect();
-    let key_counts: Vec<u64> = counts.iter().map(|c| c.1).collect();
+    let entry_counts: Vec<u64> = counts.iter().map(|c| c.entries * 24).collect();
+    let key_counts: Vec<u64> = counts.iter().map(|c| c.held_keys).collect();
+    let end_counts: Vec<u64> = counts.iter().map(|c| c.ends.0 + c.ends.1).collect();
+    let mine: Vec<u8> = match state.part.order.ends() {
+        Some((first, last)) => [first, last].concat(),
+        None => Vec::new(),
+    };
+    let mut ends = vec![0u8; end_counts.iter().sum::<u64>() as usize];
     {
         // SAFETY: we are the node's first rank and the index is not yet
         // published (the other ranks wait in the agreement that follows).
@@ -477,19 +542,16 @@ fn gather_into(
                     entries,
                 ),
                 (&state.part.keys, &key_counts, keys),
+                (&mine, &end_counts, &mut ends),
             ])?;
         }
     }
-    check_index(
-        &state.db,
-        &state.tree,
-        &state.pages,
-        index.entries(),
-        index.keys(),
-    )?;
+    check_seams(&state, counts, &ends)?;
+    check_index(&state.db, &state.tree, &state.pages, index.entries(), None)?;
     inline_pages::publish_kept(index, &state.kept)?;
     if let Some((place, identity)) = &state.save_to {
-        saved_index::save_in_background(place, *identity, index.entries(), index.keys());
+        let keys = Some(index.keys()).filter(|_| counts.iter().all(|c| c.held_keys == c.key_bytes));
+        saved_index::save_in_background(place, *identity, index.entries(), keys);
     }
     // Every master has parsed its leaves (the gathers above completed).
     state
@@ -497,6 +559,42 @@ fn gather_into(
         .source()
         .forget_tree_pages(&state.pages, u64::from(state.db.page_size()));
     Ok(())
+}
+
+/// The masters' parts follow one another in key order: `ends` holds each
+/// part's first and last keys back to back, as `counts` gives their
+/// lengths (empty with one master: its part was checked whole).
+fn check_seams(state: &MasterState, counts: &[PartCount], ends: &[u8]) -> Result<()> {
+    let mut at = 0usize;
+    let mut runs = Vec::with_capacity(counts.len());
+    for c in counts {
+        let (f, l) = (c.ends.0 as usize, c.ends.1 as usize);
+        match (c.entries, ends.get(at..at + f + l)) {
+            (0, _) => runs.push(None),
+            (_, Some(both)) => runs.push(Some(both.split_at(f))),
+            (_, None) => runs.push(None),
+        }
+        at += f + l;
+    }
+    let Some(i) = first_bad_seam(state.tree.key_order(), &runs) else {
+        return Ok(());
+    };
+    let record: u64 = counts[..i].iter().map(|c| c.entries).sum();
+    let leaves = &state.pages.leaves;
+    let pgno = leaves
+        .get(leaves.len() * i / counts.len())
+        .copied()
+        .unwrap_or(0);
+    let psize = u64::from(state.db.page_size());
+    Err(Error::Corrupt {
+        path: state.db.source().path().to_owned(),
+        pgno,
+        offset: pgno.saturating_mul(psize),
+        reason: format!(
+            "records {} and {record} are out of key order (where two nodes' shares of the leaves meet)",
+            record.saturating_sub(1)
+        ),
+    })
 }
 
 fn encode_pages(p: &TreePages) -> Vec<u8> {

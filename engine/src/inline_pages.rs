@@ -10,7 +10,7 @@
 //! node scanned or beyond the budget) are planned and read as before. See
 //! docs/design/inline-records.md.
 
-use super::node_memory::{kept_area_offset, KeptSpace, NodeMemory};
+use super::node_memory::{index_offset_unkept, KeptSpace, NodeMemory};
 use crate::mpi_raw::SharedWindow;
 use lmdbio_core::error::{Error, Result};
 use lmdbio_core::index::{KeptLeaves, RecordEntry};
@@ -66,32 +66,43 @@ pub(crate) fn publish_kept(memory: &mut NodeMemory, kept: &KeptLeaves) -> Result
     Ok(())
 }
 
-/// Where a master reads the leaf pages it keeps during the scan: the kept
-/// pages' place in `window` (see [`kept_area_offset`]), at most `budget`
-/// bytes or to the window's end. Empty when there is no window yet (the
-/// scan then holds its pages in private memory until the window is made).
+/// What of `window` a master may write during the scan: from where the
+/// index lies when no leaf page is kept (a saved index is decoded there,
+/// see `saved_index`) to the window's end; the kept pages' place lies in
+/// it ([`keep_area`]). Empty when there is no window yet (the scan then
+/// holds its pages, or the saved index, in private memory until the
+/// window is made).
 ///
 /// # Safety
 /// Only the node's first rank may call this, while no engine uses the
 /// window and the node's other ranks wait (as they do during the scan);
 /// the slice must be dropped before the window is.
-pub(crate) unsafe fn scan_area(
-    window: Option<&mut SharedWindow>,
-    words: usize,
-    budget: u64,
-) -> &mut [u8] {
+pub(crate) unsafe fn scan_area(window: Option<&mut SharedWindow>, words: usize) -> &mut [u8] {
     let Some(window) = window else {
         return &mut [];
     };
-    let at = kept_area_offset(window.as_ptr() as usize, words);
+    let at = index_offset_unkept(words);
     // SAFETY: forwarded to the caller's contract.
     let bytes = unsafe { window.bytes_mut() };
-    let room = bytes
-        .len()
-        .saturating_sub(at)
-        .min(usize::try_from(budget).unwrap_or(usize::MAX));
-    match bytes.get_mut(at..at + room) {
+    match bytes.get_mut(at..) {
         Some(area) => area,
+        None => &mut [],
+    }
+}
+
+/// The kept pages' place in `area` (a [`scan_area`]; see
+/// [`kept_area_offset`](crate::node_memory::kept_area_offset): the first
+/// page boundary of memory in it), at most
+/// `budget` bytes or to its end.
+pub(crate) fn keep_area(area: &mut [u8], budget: u64) -> &mut [u8] {
+    let page = 4096;
+    let skip = (page - area.as_ptr() as usize % page) % page;
+    let room = area
+        .len()
+        .saturating_sub(skip)
+        .min(usize::try_from(budget).unwrap_or(usize::MAX));
+    match area.get_mut(skip..skip + room) {
+        Some(keep) => keep,
         None => &mut [],
     }
 }

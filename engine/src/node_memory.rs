@@ -108,6 +108,13 @@ pub fn kept_area_offset(base: usize, words: usize) -> usize {
     value_area_offset(base, words * WORD)
 }
 
+/// Where the index starts in a window with `words` progress words when
+/// no leaf page is kept: a saved index is decoded there before the
+/// window's layout is known.
+pub fn index_offset_unkept(words: usize) -> usize {
+    words * WORD
+}
+
 pub struct NodeMemory {
     window: SharedWindow,
     words: usize,
@@ -138,7 +145,7 @@ impl NodeMemory {
         let (_, total) = layout(words, records, key_bytes, data_len, kept)?;
         let base = window.as_ptr() as usize;
         let (kept_offset, kept_len, index_offset) = match kept.pages {
-            0 => (0, 0, words * WORD),
+            0 => (0, 0, index_offset_unkept(words)),
             _ => {
                 let at = kept_area_offset(base, words);
                 let len = kept.page_bytes().unwrap_or(usize::MAX);

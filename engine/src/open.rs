@@ -370,9 +370,7 @@ impl Engine {
             // SAFETY: on the node's first rank, while no engine holds the
             // window and the node's other ranks wait in the scan's
             // agreement; the slice ends with the scan.
-            unsafe {
-                inline_pages::scan_area(window.as_mut().filter(|_| is_master), words, budget)
-            },
+            unsafe { inline_pages::scan_area(window.as_mut().filter(|_| is_master), words) },
             (place.as_ref(), options.keys),
         );
         topology.window = window;
@@ -404,11 +402,7 @@ impl Engine {
             // SAFETY: as for the scan: the node's first rank (the only one
             // holding the window here), the others waiting to make the new.
             scanned.hold_placed(unsafe {
-                inline_pages::scan_area(
-                    topology.window.as_mut().filter(|_| is_master),
-                    words,
-                    budget,
-                )
+                inline_pages::scan_area(topology.window.as_mut().filter(|_| is_master), words)
             });
         }
         let window_made = topology.ensure_window(need)?;

@@ -112,10 +112,10 @@ pub struct EngineOptions {
     /// else none (the index is then not saved).
     pub index_cache: Option<std::path::PathBuf>,
     /// Hold every key in the node's memory for [`Batch::key`](crate::Batch::key).
-    /// `false` (a front end that uses values only): a node that loads a
-    /// saved index holds no keys, 24 bytes per record instead of 24 and
-    /// the key, and `Batch::key` gives empty keys; a scan still gathers
-    /// them, to check their order and save them.
+    /// `false` (a front end that uses values only): a node holds no keys,
+    /// 24 bytes per record instead of 24 and the key, and `Batch::key`
+    /// gives empty keys; a scan checks their order as it parses and saves
+    /// an index without keys (see docs/design/saved-index.md).
     pub keys: bool,
     /// A node-local directory (NVMe scratch, `$SLURM_TMPDIR`, `/dev/shm`)
     /// where each node's reader keeps the parts of the database it holds,

@@ -15,6 +15,8 @@ use lmdbio_core::error::Result;
 use lmdbio_core::index::saved::{self, SavedIdentity, SavedIndex};
 use lmdbio_core::index::RecordEntry;
 
+const ENTRY: usize = std::mem::size_of::<RecordEntry>();
+
 /// Environment variable naming the cache directory for saved indexes of
 /// databases whose own directory is not writable.
 pub const CACHE_VARIABLE: &str = "LMDBIO_INDEX_CACHE";
@@ -112,28 +114,41 @@ pub(crate) struct Loaded<'f> {
     pub db: Database<DataSource<'f>>,
     pub tree: Tree,
     pub index: SavedIndex,
+    /// Where the decoded index is (see [`Decoded`]).
+    pub decoded: Decoded,
     /// The largest plan granule of any master (see `ScannedIndex`).
     pub granule: u64,
+}
+
+/// Where a master decoded the saved index: in the node's window, at the
+/// index's place when no leaf page is kept, or (without a window that
+/// holds it) in private memory: the entries, then the keys if asked for.
+pub(crate) enum Decoded {
+    InPlace,
+    Held(Vec<u8>),
 }
 
 /// What a master found, for the others: loaded, how many entries and
 /// key bytes, the state's txnid and digest, and its plan granule.
 const WORDS: usize = 6;
 
-/// On the masters: each loads the saved index of the tree it opened.
-/// `Some` when every master loaded one of the same database state, else
-/// `None` on every master (the caller scans). A collective call among the
-/// masters unless `place` is `None`, which it is on every rank alike.
+/// On the masters: each loads the saved index of the tree it opened, with
+/// the keys if `keys`, and decodes it into `area` (the node's window from
+/// the index's place on, empty without a window) when it fits. `Some` when
+/// every master loaded one of the same database state, else `None` on
+/// every master (the caller scans). A collective call among the masters
+/// unless `place` is `None`, which it is on every rank alike.
 pub(crate) fn load_on_masters<'f>(
     masters: &Comm,
     file: Option<&'f DataFile>,
     subdb: Option<&str>,
     place: Option<&Place>,
+    (keys, area): (bool, &mut [u8]),
 ) -> Result<Option<Loaded<'f>>> {
     let Some(place) = place else {
         return Ok(None);
     };
-    let mine = file.and_then(|f| load_here(f, subdb, place));
+    let mine = file.and_then(|f| load_here(f, subdb, place, keys, area));
     let words = match &mine {
         Some(l) => [
             1,
@@ -156,23 +171,58 @@ pub(crate) fn load_on_masters<'f>(
     }))
 }
 
-fn load_here<'f>(file: &'f DataFile, subdb: Option<&str>, place: &Place) -> Option<Loaded<'f>> {
+fn load_here<'f>(
+    file: &'f DataFile,
+    subdb: Option<&str>,
+    place: &Place,
+    keys: bool,
+    area: &mut [u8],
+) -> Option<Loaded<'f>> {
     let mtime = mtime_ns(file.path());
     let db = Database::from_source(file.source()).ok()?;
     let granule = file.plan_granule(u64::from(db.page_size())).ok()?;
     let tree = db.tree(subdb).ok()?;
     let id = identity(&db, &tree, mtime);
-    let index = place.candidates.iter().find_map(|path| {
-        // One read of the whole file (std reads a regular file in a few
-        // large requests).
-        let bytes = std::fs::read(path).ok()?;
-        SavedIndex::open(bytes, &id).ok()
+    let (index, decoded) = place.candidates.iter().find_map(|path| {
+        // The header, then (without keys) only what comes before the keys.
+        let index = SavedIndex::read(path, &id, keys).ok()?;
+        let decoded = decode(&index, keys, area, id.file_len)?;
+        Some((index, decoded))
     })?;
     Some(Loaded {
         db,
         tree,
         index,
+        decoded,
         granule,
+    })
+}
+
+/// Decodes `index` (checking every part of it) into `area` when it fits,
+/// else into private memory; `None` if it is refused.
+fn decode(index: &SavedIndex, keys: bool, area: &mut [u8], file_len: u64) -> Option<Decoded> {
+    let s = index.summary();
+    let entry_bytes = usize::try_from(s.records).ok()?.checked_mul(ENTRY)?;
+    let key_bytes = if keys {
+        usize::try_from(s.key_bytes).ok()?
+    } else {
+        0
+    };
+    let len = entry_bytes.checked_add(key_bytes)?;
+    let mut held = Vec::new();
+    let (decoded, out) = match area.get_mut(..len) {
+        Some(out) => (Decoded::InPlace, out),
+        None => {
+            held = vec![0u8; len];
+            (Decoded::Held(Vec::new()), &mut held[..])
+        }
+    };
+    let (entries, key_area) = out.split_at_mut(entry_bytes);
+    let key_area = Some(key_area).filter(|_| keys);
+    index.decode_into(entries, key_area, file_len).ok()?;
+    Some(match decoded {
+        Decoded::InPlace => Decoded::InPlace,
+        Decoded::Held(_) => Decoded::Held(held),
     })
 }
 
@@ -180,8 +230,9 @@ fn load_here<'f>(file: &'f DataFile, subdb: Option<&str>, place: &Place) -> Opti
 /// saved index is complete before the process may exit.
 static WRITERS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 
-/// Writes the index (`entries`, `keys`) of the database state `identity`
-/// to the first of `place`'s files that takes it, on a thread of its own:
+/// Writes the index (`entries`, and `keys` where the node holds them) of
+/// the database state `identity` to the first of `place`'s files that
+/// takes it, on a thread of its own:
 /// a temporary file renamed over the saved index, so a reader sees the old
 /// file or the new one, whole. A directory that cannot be written is
 /// skipped without error; the job never waits for this but at drop.
@@ -189,14 +240,14 @@ pub(crate) fn save_in_background(
     place: &Place,
     identity: SavedIdentity,
     entries: &[RecordEntry],
-    keys: &[u8],
+    keys: Option<&[u8]>,
 ) {
-    let (entries, keys, place) = (entries.to_vec(), keys.to_vec(), place.clone());
+    let (entries, keys, place) = (entries.to_vec(), keys.map(<[u8]>::to_vec), place.clone());
     let writer = std::thread::Builder::new()
         .name("lmdbio-save-index".into())
         .spawn(move || {
             for path in &place.candidates {
-                if write_atomically(path, &identity, &entries, &keys).is_ok() {
+                if write_atomically(path, &identity, &entries, keys.as_deref()).is_ok() {
                     return;
                 }
             }
@@ -213,7 +264,7 @@ fn write_atomically(
     path: &Path,
     identity: &SavedIdentity,
     entries: &[RecordEntry],
-    keys: &[u8],
+    keys: Option<&[u8]>,
 ) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;

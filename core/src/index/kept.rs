@@ -92,6 +92,8 @@ impl KeptLeaves {
 /// place, and the pages not kept (and the gaps) are squeezed out. A chunk that does not fit is
 /// read into one reused buffer and its kept pages copied. With an empty
 /// `area`, the kept pages are held in the batches they were read into.
+/// Keys are held in the part only if `keys`; their order is checked
+/// either way (see [`super::OrderCheck`]).
 pub fn parse_leaves_keeping<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
@@ -99,6 +101,7 @@ pub fn parse_leaves_keeping<R: ReadAt>(
     chunk_pages: usize,
     budget: u64,
     area: &mut [u8],
+    keys: bool,
 ) -> Result<(IndexPart, KeptLeaves)> {
     let psize = db.page_size() as usize;
     let mut part = IndexPart::default();
@@ -142,7 +145,7 @@ pub fn parse_leaves_keeping<R: ReadAt>(
                 bytes: dest,
                 psize,
             };
-            parse_leaf_batch_into(db, tree, pgnos, &in_place, &mut part)?;
+            parse_leaf_batch_into(db, tree, pgnos, &in_place, (&mut part, keys))?;
             let mut keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             keep.sort_unstable();
@@ -168,7 +171,7 @@ pub fn parse_leaves_keeping<R: ReadAt>(
                 bytes: &scratch[..bytes],
                 psize,
             };
-            parse_leaf_batch_into(db, tree, pgnos, &pages, &mut part)?;
+            parse_leaf_batch_into(db, tree, pgnos, &pages, (&mut part, keys))?;
             let keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             for pgno in keep {
@@ -181,7 +184,7 @@ pub fn parse_leaves_keeping<R: ReadAt>(
             if let Some(following) = following {
                 advise(db.source(), psize as u64, following);
             }
-            parse_leaf_batch_into(db, tree, pgnos, &batch, &mut part)?;
+            parse_leaf_batch_into(db, tree, pgnos, &batch, (&mut part, keys))?;
             let keep = inline_pages(&part.entries[before..], psize as u64, room);
             room -= keep.len();
             if !keep.is_empty() {

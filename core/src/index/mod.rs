@@ -9,6 +9,7 @@
 //! long it is.
 
 mod kept;
+mod order_check;
 mod pages;
 pub mod saved;
 
@@ -21,6 +22,7 @@ use crate::format::{overflow_pages, LeafValue, TreePage, PAGEHDRSZ};
 use crate::source::{IoSnapshot, ReadAt};
 
 pub use kept::{parse_leaves_keeping, KeptLeaves};
+pub use order_check::{first_bad_seam, OrderCheck};
 pub use pages::consecutive_runs;
 pub use pages::{
     read_sorted_into, read_spanning_into, spanned_slots, PageBatch, PageBitmap, Pages, PagesIn,
@@ -274,7 +276,7 @@ pub(crate) fn build<R: ReadAt>(
     let io_start = db.source().counters();
     let pages = walk_tree(db, tree, options.chunk_pages)?;
     let part = parse_leaves(db, tree, &pages.leaves, options)?;
-    let overflow_pages = check_index(db, tree, &pages, &part.entries, &part.keys)?;
+    let overflow_pages = check_index(db, tree, &pages, &part.entries, Some(&part.keys))?;
     let io = db.source().counters().since(io_start);
     Ok(RecordIndex {
         keys: part.keys,
@@ -352,19 +354,25 @@ pub fn walk_tree<R: ReadAt>(
 }
 
 /// Records of a run of leaf pages, in key order; `key_start` is relative
-/// to `keys`.
+/// to the part's first key (whether or not the keys are held).
 #[derive(Debug, Clone, Default)]
 pub struct IndexPart {
-    /// The part's keys, back to back.
+    /// The part's keys, back to back; empty when parsed without keys.
     pub keys: Vec<u8>,
     /// The part's records in key order, keys relative to `keys`.
     pub entries: Vec<RecordEntry>,
+    /// Bytes the part's keys take, held in `keys` or not.
+    pub key_bytes: u64,
+    /// The part's first and last keys, and their order checked as parsed.
+    pub order: OrderCheck,
 }
 
 impl IndexPart {
-    /// Appends `other`, rebasing its key offsets.
+    /// Appends `other` (parsed with keys), rebasing its key offsets. The
+    /// seam between the two is left to [`check_index`].
     pub fn append(&mut self, other: &IndexPart) {
-        let base = self.keys.len() as u64;
+        let base = self.key_bytes;
+        self.key_bytes += other.key_bytes;
         self.keys.extend_from_slice(&other.keys);
         self.entries
             .extend(other.entries.iter().map(|e| RecordEntry {
@@ -375,17 +383,36 @@ impl IndexPart {
 }
 
 /// The last check of a whole index, however it was assembled: keys strictly
-/// ascending (also across the seams between separately parsed parts),
-/// overflow runs overlapping no tree page and no other run, and counts
-/// matching the tree descriptor. Returns the overflow pages the values need.
+/// ascending (also across the seams between separately parsed parts) when
+/// `keys` are given (else the caller checked their order as they were
+/// parsed, see [`OrderCheck`]), overflow runs overlapping no tree page and
+/// no other run, and counts matching the tree descriptor. Returns the
+/// overflow pages the values need.
 pub fn check_index<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     pages: &TreePages,
     entries: &[RecordEntry],
-    keys: &[u8],
+    keys: Option<&[u8]>,
 ) -> Result<u64> {
-    let order = tree.key_order();
+    if let Some(keys) = keys {
+        check_key_order(db, tree.key_order(), entries, keys)?;
+    }
+    let mut seen = PageBitmap::new(db.page_limit());
+    claim_pages(db, &mut seen, &pages.branches)?;
+    claim_pages(db, &mut seen, &pages.leaves)?;
+    let overflow_pages = claim_overflow_runs(db, &mut seen, entries)?;
+    check_counts(db, tree, pages, entries.len() as u64, overflow_pages)?;
+    Ok(overflow_pages)
+}
+
+/// Keys strictly ascending over a whole index whose keys are `keys`.
+fn check_key_order<R: ReadAt>(
+    db: &Database<R>,
+    order: crate::format::KeyOrder,
+    entries: &[RecordEntry],
+    keys: &[u8],
+) -> Result<()> {
     let psize = db.page_size() as u64;
     let key =
         |e: &RecordEntry| keys.get(e.key_start as usize..(e.key_start + e.key_len as u64) as usize);
@@ -405,12 +432,7 @@ pub fn check_index<R: ReadAt>(
             ));
         }
     }
-    let mut seen = PageBitmap::new(db.page_limit());
-    claim_pages(db, &mut seen, &pages.branches)?;
-    claim_pages(db, &mut seen, &pages.leaves)?;
-    let overflow_pages = claim_overflow_runs(db, &mut seen, entries)?;
-    check_counts(db, tree, pages, entries.len() as u64, overflow_pages)?;
-    Ok(overflow_pages)
+    Ok(())
 }
 
 /// Marks tree pages as used; a page reached twice means a cycle or shared
@@ -499,12 +521,6 @@ fn check_counts<R: ReadAt>(
     Ok(())
 }
 
-/// Records parsed from a contiguous (in key order) run of leaf pages.
-struct LeafChunk {
-    keys: Vec<u8>,
-    entries: Vec<RecordEntry>,
-}
-
 /// Parses `leaves` (in key order) into one part, `options.threads` chunks
 /// at a time. Reads each leaf once, coalesced within a chunk.
 pub fn parse_leaves<R: ReadAt>(
@@ -522,7 +538,7 @@ pub fn parse_leaves<R: ReadAt>(
     .min(work.len())
     .max(1);
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<LeafChunk>>>> =
+    let results: Mutex<Vec<Option<Result<IndexPart>>>> =
         Mutex::new((0..work.len()).map(|_| None).collect());
     let run = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -560,10 +576,7 @@ pub fn parse_leaves<R: ReadAt>(
     // thread timing more than it must.
     for r in results {
         match r {
-            Some(Ok(c)) => part.append(&IndexPart {
-                keys: c.keys,
-                entries: c.entries,
-            }),
+            Some(Ok(c)) => part.append(&c),
             Some(Err(e)) => return Err(e),
             None => {}
         }
@@ -571,7 +584,7 @@ pub fn parse_leaves<R: ReadAt>(
     Ok(part)
 }
 
-fn parse_leaf_chunk<R: ReadAt>(db: &Database<R>, tree: &Tree, pgnos: &[u64]) -> Result<LeafChunk> {
+fn parse_leaf_chunk<R: ReadAt>(db: &Database<R>, tree: &Tree, pgnos: &[u64]) -> Result<IndexPart> {
     let batch = PageBatch::read(db.source(), db.page_size(), pgnos)?;
     parse_leaf_batch(db, tree, pgnos, &batch)
 }
@@ -582,30 +595,28 @@ fn parse_leaf_batch<R: ReadAt>(
     tree: &Tree,
     pgnos: &[u64],
     batch: &dyn Pages,
-) -> Result<LeafChunk> {
+) -> Result<IndexPart> {
     let mut part = IndexPart::default();
-    parse_leaf_batch_into(db, tree, pgnos, batch, &mut part)?;
-    Ok(LeafChunk {
-        keys: part.keys,
-        entries: part.entries,
-    })
+    parse_leaf_batch_into(db, tree, pgnos, batch, (&mut part, true))?;
+    Ok(part)
 }
 
 /// Parses `pgnos` (leaf pages in key order), all of them in `batch`, onto
-/// the end of `out` (keys in order among themselves; the seam with what
-/// `out` held is left to [`check_index`]). On failure `out` may hold some
-/// of the chunk's records.
+/// the end of `out`, holding the keys in `out.keys` only if `keys`. Each
+/// key is checked against the one before it in `out` (`out.order`), so a
+/// part parsed chunk by chunk is checked whole; the seams between parts
+/// are the caller's (see [`first_bad_seam`]). On failure `out` may hold
+/// some of the chunk's records.
 pub(crate) fn parse_leaf_batch_into<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     pgnos: &[u64],
     batch: &dyn Pages,
-    out: &mut IndexPart,
+    (out, keys): (&mut IndexPart, bool),
 ) -> Result<()> {
     let psize = db.page_size();
     let order = tree.key_order();
     let chunk = out;
-    let mut prev: Option<(usize, usize)> = None;
     for &pgno in pgnos {
         let page = TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
         expect_kind(db, &page, pgno, tree.db.md_depth, tree.db.md_depth)?;
@@ -618,14 +629,14 @@ pub(crate) fn parse_leaf_batch_into<R: ReadAt>(
                     format!("node {i}: a sub-database inside a named database"),
                 ));
             }
-            let key_start = chunk.keys.len();
-            if let Some((s, l)) = prev {
-                if !order.compare(&chunk.keys[s..s + l], node.key).is_lt() {
-                    return Err(db.corrupt(pgno, format!("node {i}: keys out of order")));
-                }
+            if !chunk.order.next(order, node.key) {
+                return Err(db.corrupt(pgno, format!("node {i}: keys out of order")));
             }
-            chunk.keys.extend_from_slice(node.key);
-            prev = Some((key_start, node.key.len()));
+            let key_start = chunk.key_bytes;
+            chunk.key_bytes += node.key.len() as u64;
+            if keys {
+                chunk.keys.extend_from_slice(node.key);
+            }
             let (value_offset, value_len, mut flags) = match node.value {
                 LeafValue::Inline { offset, size } => (page_offset + offset as u64, size, 0),
                 LeafValue::Overflow { pgno: first, size } => {
@@ -641,7 +652,7 @@ pub(crate) fn parse_leaf_batch_into<R: ReadAt>(
                 flags |= RecordEntry::SUBDATABASE;
             }
             chunk.entries.push(RecordEntry {
-                key_start: key_start as u64,
+                key_start,
                 value_offset,
                 value_len,
                 key_len: node.key.len() as u16,

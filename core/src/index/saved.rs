@@ -1,17 +1,23 @@
 //! A built index saved to a file, for later jobs to load in a few large
 //! reads instead of scanning the tree (see docs/design/saved-index.md).
 //!
-//! The file is a fixed header, the entries and the keys. Each entry is
-//! three varints (key length, value length, and the value offset's change
-//! from the previous entry's with the flags in its low bits) and each key
-//! the length it shares with the previous key and the rest: about 7 bytes
-//! a record where the engine holds 24 and the key, so a job reads a
-//! fraction of what a scan reads. The header ties the file to one state
-//! of one database (the file's length and modification time, the current
-//! meta page and its txnid, the roots, the page size, the entry count and
-//! the digest of [`Database::identity_digest`]) and carries a checksum of
-//! each part; a file whose header, identity, length, checksums or
-//! encoding disagree is refused, never served.
+//! The file is a fixed header, the entries, a restart table and (unless
+//! saved without them) the keys, last, so a job that needs no keys reads
+//! only what comes before them. Each entry is a varint packing the flags,
+//! whether the key and value lengths repeat the previous entry's, and the
+//! value offset's difference from where the previous entry's layout puts
+//! it (liblmdb fills a leaf from its end, node after node), followed by
+//! the lengths that do not repeat: one byte a record on a leaf written in
+//! key order with values of one size. Each key is the length it shares
+//! with the previous key and the rest. The header ties the file to one
+//! state of one database (the file's length and modification time, the
+//! current meta page and its txnid, the roots, the page size, the entry
+//! count and the digest of [`Database::identity_digest`]); the table holds
+//! a checksum of each part between restart points; a file whose header,
+//! identity, length, checksums or encoding disagree is refused, never
+//! served.
+
+use std::io::Read;
 
 use crate::database::{Database, Tree};
 use crate::index::RecordEntry;
@@ -21,22 +27,27 @@ use crate::source::ReadAt;
 pub const MAGIC: [u8; 8] = *b"LMDBIOIX";
 /// Format version: bumped whenever the layout or the meaning of a field
 /// changes, so an older file is refused rather than misread.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of the header: 16 of magic, version and length, the identity's
-/// words and six more, room for more, and the header's own checksum last.
+/// words and eight more, room for more, and the header's own checksum
+/// last.
 pub const HEADER_LEN: usize = 192;
 const ENTRY_LEN: usize = std::mem::size_of::<RecordEntry>();
 const IDENTITY_WORDS: usize = 11;
-/// After the identity: records, key bytes, encoded entry bytes, the
-/// entries' and keys' checksums, value bytes, encoded key bytes, and the
-/// restart table's checksum.
+/// After the identity: records, key bytes, encoded entry bytes, value
+/// bytes, encoded key bytes, the restart table's checksum, flags
+/// ([`HAS_KEYS`]) and the longest span of a value.
 const COUNT_WORDS: usize = 8;
+/// The file holds the keys.
+const HAS_KEYS: u64 = 1;
 /// Records between restart points: the first record after one is coded
 /// on its own (its absolute value offset, a key sharing nothing), and the
-/// table at the end of the file says where each starts, so parts of the
-/// file are checked and decoded on threads of their own.
+/// table says where each starts and what its parts' checksums are, so
+/// parts of the file are checked and decoded on threads of their own.
 pub const RESTART: u64 = 1 << 15;
-const TABLE_ENTRY: usize = 24;
+/// A table row: where the chunk's entries and keys start in their parts,
+/// where its keys start in the key store, and its parts' checksums.
+const TABLE_ENTRY: usize = 40;
 const _: () = assert!(16 + (IDENTITY_WORDS + COUNT_WORDS) * 8 <= HEADER_LEN - 8);
 
 /// What a saved index belongs to: one state of one tree of one data file.
@@ -153,6 +164,10 @@ pub enum Refusal {
     Entry(u64),
     /// This machine is big-endian: the format is little-endian only.
     BigEndian,
+    /// Saved without keys, and keys were asked for.
+    NoKeys,
+    /// The file could not be read.
+    Io(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -170,6 +185,8 @@ impl std::fmt::Display for Refusal {
                 "entry {i} does not decode or points outside the keys or the file"
             ),
             Refusal::BigEndian => write!(f, "saved indexes are little-endian only"),
+            Refusal::NoKeys => write!(f, "saved without keys"),
+            Refusal::Io(why) => write!(f, "cannot be read: {why}"),
         }
     }
 }
@@ -189,17 +206,22 @@ pub struct Summary {
     pub largest_span: u64,
 }
 
-/// A saved index read and checked: header, identity, length, checksums,
-/// and every entry decoded once without being kept.
+/// A saved index read, its header, identity, length and restart table
+/// checked; its entries (and keys, if read) are checked as they are
+/// decoded ([`SavedIndex::decode_into`]).
 #[derive(Debug, Clone)]
 pub struct SavedIndex {
+    /// The file from its start, to the end of the keys when they were
+    /// read, else to the end of the restart table.
     bytes: Vec<u8>,
     chunks: Vec<Chunk>,
     summary: Summary,
+    keys_read: bool,
 }
 
 /// The records between two restart points: where their entries and keys
-/// lie in the file, and where their keys start in the key store.
+/// lie in the file, where their keys start in the key store, and the
+/// checksums of their entries and keys.
 #[derive(Debug, Clone)]
 struct Chunk {
     first: u64,
@@ -208,18 +230,40 @@ struct Chunk {
     keys: std::ops::Range<usize>,
     key_start: u64,
     key_end: u64,
+    entries_sum: u64,
+    keys_sum: u64,
 }
 
-impl SavedIndex {
-    /// Checks the whole file `bytes` against `expected`.
-    pub fn open(bytes: Vec<u8>, expected: &SavedIdentity) -> Result<SavedIndex, Refusal> {
+/// A header checked against a database state: the sizes it gives.
+struct Header {
+    summary: Summary,
+    entries_len: u64,
+    keys_len: u64,
+    table_sum: u64,
+    has_keys: bool,
+}
+
+impl Header {
+    fn table_len(&self) -> u64 {
+        self.summary.records.div_ceil(RESTART) * TABLE_ENTRY as u64
+    }
+
+    /// Bytes before the keys, and of the whole file.
+    fn lengths(&self) -> (Option<u64>, Option<u64>) {
+        let before = (HEADER_LEN as u64)
+            .checked_add(self.entries_len)
+            .and_then(|n| n.checked_add(self.table_len()));
+        (before, before.and_then(|n| n.checked_add(self.keys_len)))
+    }
+
+    fn parse(h: &[u8], expected: &SavedIdentity) -> Result<Header, Refusal> {
         if cfg!(target_endian = "big") {
             return Err(Refusal::BigEndian);
         }
-        let Some(h) = bytes.get(..HEADER_LEN) else {
+        let Some(h) = h.get(..HEADER_LEN) else {
             return Err(Refusal::Length {
                 expected: HEADER_LEN as u64,
-                found: bytes.len() as u64,
+                found: h.len() as u64,
             });
         };
         if h[..8] != MAGIC {
@@ -244,86 +288,124 @@ impl SavedIndex {
             return Err(Refusal::Identity(identity_difference(&identity, expected)));
         }
         let count = |i: usize| word(IDENTITY_WORDS + i);
-        let (records, key_bytes, entries_len) = (count(0), count(1), count(2));
-        let (entries_sum, keys_sum, value_bytes) = (count(3), count(4), count(5));
-        let (keys_len, table_sum) = (count(6), count(7));
-        if records != expected.entries {
+        let header = Header {
+            summary: Summary {
+                records: count(0),
+                key_bytes: count(1),
+                value_bytes: count(3),
+                largest_span: count(7),
+            },
+            entries_len: count(2),
+            keys_len: count(4),
+            table_sum: count(5),
+            has_keys: count(6) & HAS_KEYS != 0,
+        };
+        if header.summary.records != expected.entries {
             return Err(Refusal::Identity(format!(
-                "{records} entries for a tree of {}",
-                expected.entries
+                "{} entries for a tree of {}",
+                header.summary.records, expected.entries
             )));
         }
-        let table_len = records.div_ceil(RESTART) * TABLE_ENTRY as u64;
-        let want = [entries_len, keys_len, table_len]
-            .iter()
-            .try_fold(HEADER_LEN as u64, |n, &l| n.checked_add(l));
-        if want != Some(bytes.len() as u64) {
+        if count(6) & !HAS_KEYS != 0 || (!header.has_keys && header.keys_len != 0) {
+            return Err(Refusal::Format(format!("flags {:#x}", count(6))));
+        }
+        Ok(header)
+    }
+}
+
+impl SavedIndex {
+    /// Reads the saved index at `path` for the database state `expected`:
+    /// the keys only if `keys` (a file without them is then refused). The
+    /// header first, then the rest in one read.
+    pub fn read(
+        path: &std::path::Path,
+        expected: &SavedIdentity,
+        keys: bool,
+    ) -> Result<SavedIndex, Refusal> {
+        let io = |e: std::io::Error| Refusal::Io(e.to_string());
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let file_len = file.metadata().map_err(io)?.len();
+        let mut bytes = vec![0u8; HEADER_LEN.min(file_len as usize)];
+        file.read_exact(&mut bytes).map_err(io)?;
+        let header = Header::parse(&bytes, expected)?;
+        let (before_keys, whole) = header.lengths();
+        if whole != Some(file_len) {
             return Err(Refusal::Length {
-                expected: want.unwrap_or(u64::MAX),
+                expected: whole.unwrap_or(u64::MAX),
+                found: file_len,
+            });
+        }
+        if keys && !header.has_keys {
+            return Err(Refusal::NoKeys);
+        }
+        let want = if keys { whole } else { before_keys };
+        let want = want.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+        bytes.resize(want, 0);
+        file.read_exact(&mut bytes[HEADER_LEN..]).map_err(io)?;
+        SavedIndex::from_header(bytes, header, keys)
+    }
+
+    /// Checks the whole file `bytes` against `expected`, with its keys if
+    /// `keys`.
+    pub fn open(
+        mut bytes: Vec<u8>,
+        expected: &SavedIdentity,
+        keys: bool,
+    ) -> Result<SavedIndex, Refusal> {
+        let header = Header::parse(&bytes, expected)?;
+        let (before_keys, whole) = header.lengths();
+        if whole != Some(bytes.len() as u64) {
+            return Err(Refusal::Length {
+                expected: whole.unwrap_or(u64::MAX),
                 found: bytes.len() as u64,
             });
         }
-        let entries_end = HEADER_LEN + entries_len as usize;
-        let keys_end = entries_end + keys_len as usize;
-        for (part, range, sum) in [
-            ("entries", HEADER_LEN..entries_end, entries_sum),
-            ("keys", entries_end..keys_end, keys_sum),
-            ("restart table", keys_end..bytes.len(), table_sum),
-        ] {
-            if checksum(&bytes[range]) != sum {
-                return Err(Refusal::Checksum(part));
-            }
+        if keys && !header.has_keys {
+            return Err(Refusal::NoKeys);
         }
-        let chunks = chunks(
-            &bytes[keys_end..],
-            records,
-            (entries_end, keys_end),
-            key_bytes,
-        )?;
-        let mut saved = SavedIndex {
-            bytes,
-            chunks,
-            summary: Summary::default(),
-        };
-        let file_len = expected.file_len;
-        let parts = in_parallel(saved.chunks.iter().collect(), |c| {
-            let mut found = Summary::default();
-            saved.walk(c, file_len, |e, _, _, _| {
-                found.records += 1;
-                found.value_bytes += u64::from(e.value_len);
-                found.largest_span = found.largest_span.max(e.span().1);
-            })?;
-            Ok(found)
-        })?;
-        let found = parts.iter().fold(
-            Summary {
-                key_bytes,
-                ..Summary::default()
-            },
-            |a, p| Summary {
-                records: a.records + p.records,
-                value_bytes: a.value_bytes + p.value_bytes,
-                largest_span: a.largest_span.max(p.largest_span),
-                ..a
-            },
-        );
-        if found.records != records || found.value_bytes != value_bytes {
-            return Err(Refusal::Entry(records));
+        if !keys {
+            bytes.truncate(before_keys.unwrap_or(0) as usize);
         }
-        saved.summary = found;
-        Ok(saved)
+        SavedIndex::from_header(bytes, header, keys)
     }
 
-    /// The index's sizes.
+    /// `bytes` holds the file up to the keys' end if `keys`, else up to
+    /// theirs start; the header was checked.
+    fn from_header(bytes: Vec<u8>, header: Header, keys: bool) -> Result<SavedIndex, Refusal> {
+        let entries_end = HEADER_LEN + header.entries_len as usize;
+        let table_end = entries_end + header.table_len() as usize;
+        let table = &bytes[entries_end..table_end];
+        if checksum(table) != header.table_sum {
+            return Err(Refusal::Checksum("restart table"));
+        }
+        let chunks = chunks(table, &header, table_end)?;
+        Ok(SavedIndex {
+            bytes,
+            chunks,
+            summary: header.summary,
+            keys_read: keys,
+        })
+    }
+
+    /// The index's sizes, as its header gives them ([`Self::decode_into`]
+    /// checks them).
     pub fn summary(&self) -> Summary {
         self.summary
     }
 
     /// Decodes the entries into `entries` (the engine's layout,
     /// `records * 24` bytes) and, if given, the keys into `keys`
-    /// (`key_bytes`), a part of the file per thread. Without keys the
-    /// entries still say where each key would lie.
-    pub fn decode_into(&self, entries: &mut [u8], keys: Option<&mut [u8]>) -> Result<(), Refusal> {
+    /// (`key_bytes`), a part of the file per thread, checking each part's
+    /// checksum, the encoding, the keys against the key store and every
+    /// value against the data file (`file_len` bytes), and the header's
+    /// sizes against what was decoded. Without keys the entries still say
+    /// where each key would lie. On a refusal the areas hold garbage.
+    pub fn decode_into(
+        &self,
+        entries: &mut [u8],
+        keys: Option<&mut [u8]>,
+        file_len: u64,
+    ) -> Result<(), Refusal> {
         let s = self.summary;
         if entries.len() as u64 != s.records * ENTRY_LEN as u64
             || keys.as_ref().is_some_and(|k| k.len() as u64 != s.key_bytes)
@@ -332,6 +414,9 @@ impl SavedIndex {
                 expected: s.records * ENTRY_LEN as u64,
                 found: entries.len() as u64,
             });
+        }
+        if keys.is_some() && !self.keys_read {
+            return Err(Refusal::NoKeys);
         }
         let mut keys_left = keys;
         let mut work = Vec::with_capacity(self.chunks.len());
@@ -350,9 +435,19 @@ impl SavedIndex {
             };
             work.push((c, out, mine));
         }
-        in_parallel(work, |(c, out, mut keys)| {
+        let parts = in_parallel(work, |(c, out, mut keys)| {
+            if checksum(&self.bytes[c.entries.clone()]) != c.entries_sum {
+                return Err(Refusal::Checksum("entries"));
+            }
+            if keys.is_some() && checksum(&self.bytes[c.keys.clone()]) != c.keys_sum {
+                return Err(Refusal::Checksum("keys"));
+            }
             let mut out = out.chunks_exact_mut(ENTRY_LEN);
-            self.walk(c, u64::MAX, |e, shared, suffix, prev| {
+            let mut found = Summary::default();
+            self.walk(c, file_len, keys.is_some(), |e, shared, suffix, prev| {
+                found.records += 1;
+                found.value_bytes += u64::from(e.value_len);
+                found.largest_span = found.largest_span.max(e.span().1);
                 if let Some(chunk) = out.next() {
                     chunk[..8].copy_from_slice(&e.key_start.to_le_bytes());
                     chunk[8..16].copy_from_slice(&e.value_offset.to_le_bytes());
@@ -368,47 +463,77 @@ impl SavedIndex {
                     k.copy_within(prev..prev + shared, at);
                     k[at + shared..at + e.key_len as usize].copy_from_slice(suffix);
                 }
-            })
+            })?;
+            Ok(found)
         })?;
+        let found = parts.iter().fold(Summary::default(), |a, p| Summary {
+            records: a.records + p.records,
+            value_bytes: a.value_bytes + p.value_bytes,
+            largest_span: a.largest_span.max(p.largest_span),
+            ..a
+        });
+        if (found.records, found.value_bytes, found.largest_span)
+            != (s.records, s.value_bytes, s.largest_span)
+        {
+            return Err(Refusal::Entry(s.records));
+        }
         Ok(())
     }
 
     /// Every entry of chunk `c` in order with its key's shared length,
     /// suffix and the previous key's start (relative to the chunk's first
-    /// key), checking the encoding, the keys against the chunk's share of
-    /// the key store and the value spans against a data file `file_len`
-    /// long.
+    /// key; `0, &[], 0` unless `keys`), checking the encoding, the keys
+    /// against the chunk's share of the key store and the value spans
+    /// against a data file `file_len` long.
     fn walk(
         &self,
         c: &Chunk,
         file_len: u64,
+        keys: bool,
         mut each: impl FnMut(&RecordEntry, usize, &[u8], usize),
     ) -> Result<(), Refusal> {
         let mut entries = Reader(&self.bytes[c.entries.clone()]);
-        let mut keys = Reader(&self.bytes[c.keys.clone()]);
-        let (mut key_start, mut offset) = (c.key_start, 0u64);
+        let mut key_bytes = Reader(match keys {
+            true => &self.bytes[c.keys.clone()],
+            false => &[],
+        });
+        let mut key_start = c.key_start;
+        let mut prev = Previous::default();
         let (mut prev_start, mut prev_key_len) = (0usize, 0usize);
         for i in c.first..c.first + c.records {
             let bad = || Refusal::Entry(i);
-            let key_len = entries.varint().ok_or_else(bad)?;
-            let value_len = entries.varint().ok_or_else(bad)?;
             let packed = entries.varint().ok_or_else(bad)?;
-            let shared = keys.varint().ok_or_else(bad)? as usize;
-            if key_len > u64::from(u16::MAX)
-                || value_len > u64::from(u32::MAX)
-                || shared > prev_key_len
-                || shared as u64 > key_len
-            {
+            let key_len = match packed & SAME_KEY_LEN {
+                0 => entries.varint().ok_or_else(bad)?,
+                _ => prev.key_len,
+            };
+            let value_len = match packed & SAME_VALUE_LEN {
+                0 => entries.varint().ok_or_else(bad)?,
+                _ => prev.value_len,
+            };
+            if key_len > u64::from(u16::MAX) || value_len > u64::from(u32::MAX) {
                 return Err(bad());
             }
-            let suffix = keys.take(key_len as usize - shared).ok_or_else(bad)?;
-            offset = offset.wrapping_add(unzigzag(packed >> 2));
+            let flags = (packed & 3) as u16;
+            let value_offset = prev
+                .predict(flags, key_len, value_len)
+                .wrapping_add(unzigzag(packed >> 4));
             let e = RecordEntry {
                 key_start,
-                value_offset: offset,
+                value_offset,
                 value_len: value_len as u32,
                 key_len: key_len as u16,
-                flags: (packed & 3) as u16,
+                flags,
+            };
+            let (shared, suffix) = if keys {
+                let shared = key_bytes.varint().ok_or_else(bad)? as usize;
+                if shared > prev_key_len || shared as u64 > key_len {
+                    return Err(bad());
+                }
+                let suffix = key_bytes.take(key_len as usize - shared).ok_or_else(bad)?;
+                (shared, suffix)
+            } else {
+                (0, &[][..])
             };
             let (at, len) = e.span();
             let inside = key_start + key_len <= c.key_end
@@ -421,19 +546,34 @@ impl SavedIndex {
             prev_start = (key_start - c.key_start) as usize;
             key_start += key_len;
             prev_key_len = key_len as usize;
+            prev = Previous {
+                value_offset,
+                key_len,
+                value_len,
+                inline: flags & RecordEntry::OVERFLOW == 0,
+            };
         }
-        if !entries.0.is_empty() || !keys.0.is_empty() || key_start != c.key_end {
+        if !entries.0.is_empty() || !key_bytes.0.is_empty() || key_start != c.key_end {
             return Err(Refusal::Entry(c.first + c.records));
         }
         Ok(())
     }
 
-    /// Decodes into new vectors (for tests and one-process callers).
-    pub fn to_index(&self) -> Result<LoadedIndex, Refusal> {
+    /// Decodes into new vectors (for tests and one-process callers), with
+    /// the keys if they were read.
+    pub fn to_index(&self, file_len: u64) -> Result<LoadedIndex, Refusal> {
         let s = self.summary;
         let mut bytes = vec![0u8; (s.records * ENTRY_LEN as u64) as usize];
-        let mut keys = vec![0u8; s.key_bytes as usize];
-        self.decode_into(&mut bytes, Some(&mut keys))?;
+        let mut keys = vec![
+            0u8;
+            if self.keys_read {
+                s.key_bytes as usize
+            } else {
+                0
+            }
+        ];
+        let keys_out = Some(&mut keys[..]).filter(|_| self.keys_read);
+        self.decode_into(&mut bytes, keys_out, file_len)?;
         let entries = bytes
             .chunks_exact(ENTRY_LEN)
             .map(|b| {
@@ -452,38 +592,58 @@ impl SavedIndex {
     }
 }
 
+/// In an entry's packed word: its key length is the previous entry's.
+const SAME_KEY_LEN: u64 = 4;
+/// In an entry's packed word: its value length is the previous entry's.
+const SAME_VALUE_LEN: u64 = 8;
+
+/// What the coding of an entry refers to: the entry before it in its
+/// chunk (all zero for a chunk's first).
+#[derive(Default, Clone, Copy)]
+struct Previous {
+    value_offset: u64,
+    key_len: u64,
+    value_len: u64,
+    inline: bool,
+}
+
+impl Previous {
+    /// Where an entry of these flags and lengths would have its value if
+    /// its node came right below the previous one in the same leaf, as
+    /// liblmdb places the nodes it appends (a node is its 8-byte header,
+    /// the key and the value, rounded up to an even size); after an
+    /// overflow value or for one, the previous entry's value offset.
+    fn predict(&self, flags: u16, key_len: u64, value_len: u64) -> u64 {
+        if !self.inline || flags & RecordEntry::OVERFLOW != 0 {
+            return self.value_offset;
+        }
+        let node = (8 + key_len + value_len + 1) & !1;
+        self.value_offset
+            .wrapping_sub(self.key_len)
+            .wrapping_add(key_len)
+            .wrapping_sub(node)
+    }
+}
+
 /// The chunks the restart table describes: each chunk's entries and keys
-/// lie in order, inside their parts (`entries_end` and `keys_end` end the
-/// entries and the keys in the file), and its keys in order in the key
-/// store of `key_bytes`.
-fn chunks(
-    table: &[u8],
-    records: u64,
-    (entries_end, keys_end): (usize, usize),
-    key_bytes: u64,
-) -> Result<Vec<Chunk>, Refusal> {
-    let rows: Vec<[u64; 3]> = table
+/// lie in order inside their parts (the keys start at `table_end`), and
+/// its keys in order in the key store.
+fn chunks(table: &[u8], header: &Header, table_end: usize) -> Result<Vec<Chunk>, Refusal> {
+    let (records, key_bytes) = (header.summary.records, header.summary.key_bytes);
+    let rows: Vec<[u64; 5]> = table
         .chunks_exact(TABLE_ENTRY)
         .map(|r| {
             let w =
                 |i: usize| u64::from_le_bytes(r[8 * i..8 * i + 8].try_into().unwrap_or_default());
-            [w(0), w(1), w(2)]
+            [w(0), w(1), w(2), w(3), w(4)]
         })
         .collect();
+    let end = [header.entries_len, header.keys_len, key_bytes];
     let mut chunks = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        let next = rows.get(i + 1).copied().unwrap_or([
-            (entries_end - HEADER_LEN) as u64,
-            (keys_end - entries_end) as u64,
-            key_bytes,
-        ]);
-        let in_order = (i > 0 || *row == [0, 0, 0])
-            && row[0] <= next[0]
-            && row[1] <= next[1]
-            && row[2] <= next[2]
-            && next[0] <= (entries_end - HEADER_LEN) as u64
-            && next[1] <= (keys_end - entries_end) as u64
-            && next[2] <= key_bytes;
+        let next = rows.get(i + 1).map_or(end, |r| [r[0], r[1], r[2]]);
+        let in_order = (i > 0 || row[..3] == [0, 0, 0])
+            && (0..3).all(|j| row[j] <= next[j] && next[j] <= end[j]);
         if !in_order {
             return Err(Refusal::Entry(i as u64 * RESTART));
         }
@@ -492,9 +652,11 @@ fn chunks(
             first,
             records: RESTART.min(records - first),
             entries: HEADER_LEN + row[0] as usize..HEADER_LEN + next[0] as usize,
-            keys: entries_end + row[1] as usize..entries_end + next[1] as usize,
+            keys: table_end + row[1] as usize..table_end + next[1] as usize,
             key_start: row[2],
             key_end: next[2],
+            entries_sum: row[3],
+            keys_sum: row[4],
         });
     }
     Ok(chunks)
@@ -562,70 +724,103 @@ fn identity_difference(found: &SavedIdentity, expected: &SavedIdentity) -> Strin
 pub struct LoadedIndex {
     /// One per record, in key order.
     pub entries: Vec<RecordEntry>,
-    /// Every key, back to back.
+    /// Every key, back to back (empty when read without keys).
     pub keys: Vec<u8>,
 }
 
-/// Checks a whole saved index file and decodes it into vectors.
-pub fn load(bytes: &[u8], expected: &SavedIdentity) -> Result<LoadedIndex, Refusal> {
-    SavedIndex::open(bytes.to_vec(), expected)?.to_index()
+/// Checks a whole saved index file (with its keys if `keys`) and decodes
+/// it into vectors.
+pub fn load(bytes: &[u8], expected: &SavedIdentity, keys: bool) -> Result<LoadedIndex, Refusal> {
+    SavedIndex::open(bytes.to_vec(), expected, keys)?.to_index(expected.file_len)
 }
 
-/// Writes a whole saved index of `entries` and `keys` (an index as built:
-/// keys back to back in entry order) belonging to `identity` to `out`.
+/// Writes a whole saved index of `entries` belonging to `identity` to
+/// `out`, with `keys` (an index as built: keys back to back in entry
+/// order) or without any (the entries still give each key's length).
 pub fn write<W: std::io::Write>(
     out: &mut W,
     identity: &SavedIdentity,
     entries: &[RecordEntry],
-    keys: &[u8],
+    keys: Option<&[u8]>,
 ) -> std::io::Result<()> {
     if cfg!(target_endian = "big") {
         return Err(std::io::Error::other(Refusal::BigEndian.to_string()));
     }
-    let mut coded = Vec::with_capacity(entries.len() * 6);
-    let mut coded_keys = Vec::with_capacity(entries.len() * 4);
-    let mut table = Vec::new();
-    let (mut offset, mut prev, mut value_bytes, mut key_start) = (0u64, &[][..], 0u64, 0u64);
+    let mut coded = Vec::with_capacity(entries.len() * 2);
+    let mut coded_keys = Vec::with_capacity(if keys.is_some() { entries.len() * 3 } else { 0 });
+    let mut rows: Vec<[u64; 3]> = Vec::new();
+    let (mut prev, mut prev_key) = (Previous::default(), &[][..]);
+    let (mut value_bytes, mut key_start, mut largest_span) = (0u64, 0u64, 0u64);
     for (i, e) in entries.iter().enumerate() {
         if i as u64 % RESTART == 0 {
-            for w in [coded.len() as u64, coded_keys.len() as u64, key_start] {
-                table.extend_from_slice(&w.to_le_bytes());
-            }
-            offset = 0;
-            prev = &[];
+            rows.push([coded.len() as u64, coded_keys.len() as u64, key_start]);
+            prev = Previous::default();
+            prev_key = &[];
         }
-        key_start += u64::from(e.key_len);
-        let key = keys
-            .get(e.key_start as usize..e.key_start as usize + e.key_len as usize)
-            .ok_or_else(|| std::io::Error::other("an entry's key lies outside the keys"))?;
         if e.flags > 3 {
             return Err(std::io::Error::other("unknown entry flags"));
         }
-        put_varint(&mut coded, u64::from(e.key_len));
-        put_varint(&mut coded, u64::from(e.value_len));
-        let delta = zigzag(e.value_offset.wrapping_sub(offset));
-        put_varint(&mut coded, delta << 2 | u64::from(e.flags));
-        offset = e.value_offset;
-        let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
-        put_varint(&mut coded_keys, shared as u64);
-        coded_keys.extend_from_slice(&key[shared..]);
-        prev = key;
-        value_bytes += u64::from(e.value_len);
+        let (key_len, value_len) = (u64::from(e.key_len), u64::from(e.value_len));
+        let residual = e
+            .value_offset
+            .wrapping_sub(prev.predict(e.flags, key_len, value_len));
+        let mut packed = zigzag(residual) << 4 | u64::from(e.flags);
+        if i as u64 % RESTART != 0 && key_len == prev.key_len {
+            packed |= SAME_KEY_LEN;
+        }
+        if i as u64 % RESTART != 0 && value_len == prev.value_len {
+            packed |= SAME_VALUE_LEN;
+        }
+        put_varint(&mut coded, packed);
+        if packed & SAME_KEY_LEN == 0 {
+            put_varint(&mut coded, key_len);
+        }
+        if packed & SAME_VALUE_LEN == 0 {
+            put_varint(&mut coded, value_len);
+        }
+        prev = Previous {
+            value_offset: e.value_offset,
+            key_len,
+            value_len,
+            inline: !e.is_overflow(),
+        };
+        if let Some(keys) = keys {
+            let key = keys
+                .get(e.key_start as usize..e.key_start as usize + e.key_len as usize)
+                .ok_or_else(|| std::io::Error::other("an entry's key lies outside the keys"))?;
+            let shared = prev_key.iter().zip(key).take_while(|(a, b)| a == b).count();
+            put_varint(&mut coded_keys, shared as u64);
+            coded_keys.extend_from_slice(&key[shared..]);
+            prev_key = key;
+        }
+        key_start += key_len;
+        value_bytes += value_len;
+        largest_span = largest_span.max(e.span().1);
     }
-    let key_bytes = key_start;
+    let mut table = Vec::with_capacity(rows.len() * TABLE_ENTRY);
+    let ends = [coded.len() as u64, coded_keys.len() as u64];
+    for (i, row) in rows.iter().enumerate() {
+        let next = rows.get(i + 1).map_or(ends, |r| [r[0], r[1]]);
+        let entries_sum = checksum(&coded[row[0] as usize..next[0] as usize]);
+        let keys_sum = checksum(&coded_keys[row[1] as usize..next[1] as usize]);
+        for w in [row[0], row[1], row[2], entries_sum, keys_sum] {
+            table.extend_from_slice(&w.to_le_bytes());
+        }
+    }
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
     h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+    let flags = if keys.is_some() { HAS_KEYS } else { 0 };
     let words = identity.words().into_iter().chain([
         entries.len() as u64,
-        key_bytes,
+        key_start,
         coded.len() as u64,
-        checksum(&coded),
-        checksum(&coded_keys),
         value_bytes,
         coded_keys.len() as u64,
         checksum(&table),
+        flags,
+        largest_span,
     ]);
     for (i, w) in words.enumerate() {
         h[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
@@ -634,8 +829,8 @@ pub fn write<W: std::io::Write>(
     h[HEADER_LEN - 8..].copy_from_slice(&sum.to_le_bytes());
     out.write_all(&h)?;
     out.write_all(&coded)?;
-    out.write_all(&coded_keys)?;
-    out.write_all(&table)
+    out.write_all(&table)?;
+    out.write_all(&coded_keys)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -740,9 +935,13 @@ mod tests {
         (id, entries, keys)
     }
 
+    fn load_all(bytes: &[u8], id: &SavedIdentity) -> Result<LoadedIndex, Refusal> {
+        load(bytes, id, true)
+    }
+
     fn file(id: &SavedIdentity, entries: &[RecordEntry], keys: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        write(&mut out, id, entries, keys).unwrap();
+        write(&mut out, id, entries, Some(keys)).unwrap();
         out
     }
 
@@ -751,12 +950,12 @@ mod tests {
         let (id, entries, keys) = sample();
         let bytes = file(&id, &entries, &keys);
         assert!(bytes.len() < HEADER_LEN + 5 * 24 + keys.len());
-        let back = load(&bytes, &id).unwrap();
+        let back = load_all(&bytes, &id).unwrap();
         assert_eq!(back.entries, entries);
         assert_eq!(back.keys, keys);
         // An empty tree too.
         let empty = SavedIdentity { entries: 0, ..id };
-        let back = load(&file(&empty, &[], &[]), &empty).unwrap();
+        let back = load_all(&file(&empty, &[], &[]), &empty).unwrap();
         assert!(back.entries.is_empty() && back.keys.is_empty());
     }
 
@@ -795,16 +994,72 @@ mod tests {
         };
         let bytes = file(&id, &entries, &keys);
         assert!(bytes.len() < 10 * entries.len(), "{} bytes", bytes.len());
-        let saved = SavedIndex::open(bytes, &id).unwrap();
+        let saved = SavedIndex::open(bytes.clone(), &id, true).unwrap();
         let s = saved.summary();
         assert_eq!(s.records, entries.len() as u64);
         assert_eq!(s.key_bytes, keys.len() as u64);
-        let back = saved.to_index().unwrap();
+        let back = saved.to_index(id.file_len).unwrap();
         assert!(back.entries == entries && back.keys == keys);
         let mut raw = vec![0u8; entries.len() * 24];
-        saved.decode_into(&mut raw, None).unwrap();
+        saved.decode_into(&mut raw, None, id.file_len).unwrap();
         assert_eq!(raw[24..32], back.entries[1].key_start.to_le_bytes());
-        assert!(saved.decode_into(&mut raw[24..], None).is_err());
+        assert!(saved
+            .decode_into(&mut raw[24..], None, id.file_len)
+            .is_err());
+        // A value past the data file's end.
+        assert!(saved.decode_into(&mut raw, None, 1 << 30).is_err());
+        // Read without its keys: the same entries, from the bytes before
+        // the keys only.
+        let keyless = SavedIndex::open(bytes.clone(), &id, false).unwrap();
+        assert!(keyless.bytes.len() < bytes.len());
+        let back = keyless.to_index(id.file_len).unwrap();
+        assert!(back.entries == entries && back.keys.is_empty());
+        // Saved without keys: smaller, the same entries, refused where
+        // keys are asked for.
+        let mut out = Vec::new();
+        write(&mut out, &id, &entries, None).unwrap();
+        assert_eq!(out.len(), keyless.bytes.len());
+        assert_eq!(load(&out, &id, true).unwrap_err(), Refusal::NoKeys);
+        let back = load(&out, &id, false).unwrap();
+        assert!(back.entries == entries && back.keys.is_empty());
+    }
+
+    #[test]
+    fn leaves_written_in_key_order_take_about_a_byte_a_record_without_keys() {
+        // liblmdb appends nodes from a leaf's end down: header, key, value,
+        // each node rounded up to an even size.
+        let (psize, key_len, value_len) = (4096u64, 8u64, 101u64);
+        let per_page = (psize - 16) / (2 + 8 + key_len + value_len + 1);
+        let (mut entries, mut keys) = (Vec::new(), Vec::new());
+        for i in 0..100_000u64 {
+            let (page, slot) = (2 + i / per_page, i % per_page);
+            let node_end = psize - slot * ((8 + key_len + value_len + 1) & !1);
+            let node = node_end - ((8 + key_len + value_len + 1) & !1);
+            entries.push(RecordEntry {
+                key_start: keys.len() as u64,
+                value_offset: page * psize + node + 8 + key_len,
+                value_len: value_len as u32,
+                key_len: key_len as u16,
+                flags: 0,
+            });
+            keys.extend_from_slice(format!("{i:08}").as_bytes());
+        }
+        let id = SavedIdentity {
+            entries: entries.len() as u64,
+            file_len: 1 << 31,
+            ..sample().0
+        };
+        let mut out = Vec::new();
+        write(&mut out, &id, &entries, None).unwrap();
+        assert!(out.len() < entries.len() * 11 / 10, "{} bytes", out.len());
+        assert_eq!(load(&out, &id, false).unwrap().entries, entries);
+        let with_keys = file(&id, &entries, &keys);
+        assert!(
+            with_keys.len() < entries.len() * 4,
+            "{} bytes",
+            with_keys.len()
+        );
+        assert_eq!(load_all(&with_keys, &id).unwrap().keys, keys);
     }
 
     #[test]
@@ -812,11 +1067,11 @@ mod tests {
         let (id, entries, keys) = sample();
         let bytes = file(&id, &entries, &keys);
         for cut in 0..bytes.len() {
-            assert!(load(&bytes[..cut], &id).is_err(), "cut at {cut}");
+            assert!(load_all(&bytes[..cut], &id).is_err(), "cut at {cut}");
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(load(&longer, &id).is_err());
+        assert!(load_all(&longer, &id).is_err());
     }
 
     #[test]
@@ -827,7 +1082,7 @@ mod tests {
             for bit in 0..8 {
                 let mut damaged = bytes.clone();
                 damaged[byte] ^= 1 << bit;
-                assert!(load(&damaged, &id).is_err(), "bit {bit} of byte {byte}");
+                assert!(load_all(&damaged, &id).is_err(), "bit {bit} of byte {byte}");
             }
         }
     }
@@ -862,7 +1117,7 @@ mod tests {
             },
         ];
         for other in others {
-            match load(&bytes, &other) {
+            match load_all(&bytes, &other) {
                 Err(Refusal::Identity(why)) => assert!(why.contains("(now"), "{why}"),
                 r => panic!("{other:?}: {r:?}"),
             }
@@ -871,28 +1126,30 @@ mod tests {
     }
 
     /// Recomputes the parts' and the header's checksums after `edit`
-    /// changed the body, as a file made by another program might be.
+    /// changed the body (one chunk), as a file made by another program
+    /// might be.
     fn resealed(bytes: &[u8], edit: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>)) -> Vec<u8> {
         let word_at = |i: usize| 16 + 8 * (IDENTITY_WORDS + i);
         let word = |i: usize| {
             u64::from_le_bytes(bytes[word_at(i)..word_at(i) + 8].try_into().unwrap()) as usize
         };
-        let (entries_len, keys_len) = (word(2), word(6));
-        let keys_end = HEADER_LEN + entries_len + keys_len;
+        let entries_len = word(2);
+        let table_end = HEADER_LEN + entries_len + TABLE_ENTRY;
         let mut coded = bytes[HEADER_LEN..HEADER_LEN + entries_len].to_vec();
-        let mut coded_keys = bytes[HEADER_LEN + entries_len..keys_end].to_vec();
-        let table = bytes[keys_end..].to_vec();
+        let mut coded_keys = bytes[table_end..].to_vec();
         edit(&mut coded, &mut coded_keys);
+        let mut table = vec![0u8; 24];
+        table.extend_from_slice(&checksum(&coded).to_le_bytes());
+        table.extend_from_slice(&checksum(&coded_keys).to_le_bytes());
         let mut h = bytes[..HEADER_LEN].to_vec();
         let mut set =
             |i: usize, v: u64| h[word_at(i)..word_at(i) + 8].copy_from_slice(&v.to_le_bytes());
         set(2, coded.len() as u64);
-        set(3, checksum(&coded));
-        set(4, checksum(&coded_keys));
-        set(6, coded_keys.len() as u64);
+        set(4, coded_keys.len() as u64);
+        set(5, checksum(&table));
         let sum = checksum(&h[..HEADER_LEN - 8]);
         h[HEADER_LEN - 8..].copy_from_slice(&sum.to_le_bytes());
-        [h, coded, coded_keys, table].concat()
+        [h, coded, table, coded_keys].concat()
     }
 
     #[test]
@@ -900,33 +1157,33 @@ mod tests {
         let (id, mut entries, keys) = sample();
         entries[4].value_offset = id.file_len;
         assert_eq!(
-            load(&file(&id, &entries, &keys), &id).unwrap_err(),
+            load_all(&file(&id, &entries, &keys), &id).unwrap_err(),
             Refusal::Entry(4)
         );
         let (id, entries, keys) = sample();
         let bytes = file(&id, &entries, &keys);
-        assert!(load(&resealed(&bytes, |_, _| {}), &id).is_ok());
+        assert!(load_all(&resealed(&bytes, |_, _| {}), &id).is_ok());
         // A varint cut short, a key sharing more than the previous one
         // has, bytes left over.
         let cut = resealed(&bytes, |e, _| {
             e.pop();
             e.push(0x80);
         });
-        assert_eq!(load(&cut, &id).unwrap_err(), Refusal::Entry(4));
+        assert_eq!(load_all(&cut, &id).unwrap_err(), Refusal::Entry(4));
         let shares = resealed(&bytes, |_, k| k[0] = 3);
-        assert_eq!(load(&shares, &id).unwrap_err(), Refusal::Entry(0));
+        assert_eq!(load_all(&shares, &id).unwrap_err(), Refusal::Entry(0));
         let extra = resealed(&bytes, |_, k| k.push(0));
-        assert_eq!(load(&extra, &id).unwrap_err(), Refusal::Entry(5));
+        assert_eq!(load_all(&extra, &id).unwrap_err(), Refusal::Entry(5));
     }
 
     #[test]
     fn other_files_are_refused_as_another_format() {
         let (id, _, _) = sample();
         let mut junk = vec![0u8; 4096];
-        assert!(matches!(load(&junk, &id), Err(Refusal::Format(_))));
+        assert!(matches!(load_all(&junk, &id), Err(Refusal::Format(_))));
         junk[..8].copy_from_slice(&MAGIC);
         junk[8] = 2;
-        assert!(matches!(load(&junk, &id), Err(Refusal::Format(_))));
+        assert!(matches!(load_all(&junk, &id), Err(Refusal::Format(_))));
     }
 
     #[test]

@@ -231,6 +231,10 @@ pub struct Args {
     /// Neither load a saved index nor save one: scan the tree.
     #[arg(long)]
     no_saved_index: bool,
+    /// Hold no keys in the nodes' memory even with --trace (its lines
+    /// then start with an empty key).
+    #[arg(long)]
+    no_keys: bool,
     /// Directory for saved indexes of databases whose directory is not
     /// writable (default: $LMDBIO_INDEX_CACHE, else $XDG_CACHE_HOME/lmdbio).
     #[arg(long, value_name = "DIR")]
@@ -505,7 +509,7 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         inline_pages_bytes: args.inline_pages,
         saved_index: !args.no_saved_index,
         // Only traces print keys.
-        keys: args.trace.is_some(),
+        keys: args.trace.is_some() && !args.no_keys,
         index_cache: args.index_cache.clone(),
         stagger: args.stagger,
         collective: args.collective,
