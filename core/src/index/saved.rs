@@ -442,18 +442,23 @@ impl SavedIndex {
             if keys.is_some() && checksum(&self.bytes[c.keys.clone()]) != c.keys_sum {
                 return Err(Refusal::Checksum("keys"));
             }
+            if keys.is_none() {
+                return self.entries_only(c, file_len, out);
+            }
             let mut out = out.chunks_exact_mut(ENTRY_LEN);
             let mut found = Summary::default();
-            self.walk(c, file_len, keys.is_some(), |e, shared, suffix, prev| {
+            self.walk(c, file_len, |e, shared, suffix, prev| {
                 found.records += 1;
                 found.value_bytes += u64::from(e.value_len);
                 found.largest_span = found.largest_span.max(e.span().1);
                 if let Some(chunk) = out.next() {
-                    chunk[..8].copy_from_slice(&e.key_start.to_le_bytes());
-                    chunk[8..16].copy_from_slice(&e.value_offset.to_le_bytes());
-                    chunk[16..20].copy_from_slice(&e.value_len.to_le_bytes());
-                    chunk[20..22].copy_from_slice(&e.key_len.to_le_bytes());
-                    chunk[22..24].copy_from_slice(&e.flags.to_le_bytes());
+                    let mut b = [0u8; ENTRY_LEN];
+                    b[..8].copy_from_slice(&e.key_start.to_le_bytes());
+                    b[8..16].copy_from_slice(&e.value_offset.to_le_bytes());
+                    b[16..20].copy_from_slice(&e.value_len.to_le_bytes());
+                    b[20..22].copy_from_slice(&e.key_len.to_le_bytes());
+                    b[22..24].copy_from_slice(&e.flags.to_le_bytes());
+                    chunk.copy_from_slice(&b);
                 }
                 if let Some(k) = keys.as_deref_mut() {
                     // The shared prefix is the previous key's first bytes
@@ -480,23 +485,81 @@ impl SavedIndex {
         Ok(())
     }
 
+    /// Decodes chunk `c`'s entries into `out` without keys, checking them
+    /// as [`Self::walk`] does: the same decoding in one loop with no key
+    /// to carry, which is most of a job's opening from a saved index.
+    fn entries_only(&self, c: &Chunk, file_len: u64, out: &mut [u8]) -> Result<Summary, Refusal> {
+        let mut src = &self.bytes[c.entries.clone()];
+        let mut key_start = c.key_start;
+        let mut prev = Previous::default();
+        let (mut value_bytes, mut largest_span) = (0u64, 0u64);
+        let mut out = out.chunks_exact_mut(ENTRY_LEN);
+        for i in c.first..c.first + c.records {
+            let mut next = || varint(&mut src).ok_or(Refusal::Entry(i));
+            let packed = next()?;
+            let key_len = match packed & SAME_KEY_LEN {
+                0 => next()?,
+                _ => prev.key_len,
+            };
+            let value_len = match packed & SAME_VALUE_LEN {
+                0 => next()?,
+                _ => prev.value_len,
+            };
+            let flags = packed & 3;
+            let value_offset = prev
+                .predict(flags as u16, key_len, value_len)
+                .wrapping_add(unzigzag(packed >> 4));
+            let end = value_offset.checked_add(value_len);
+            if key_len > u64::from(u16::MAX)
+                || value_len > u64::from(u32::MAX)
+                || value_offset < crate::format::PAGEHDRSZ as u64
+                || end.is_none_or(|end| end > file_len)
+            {
+                return Err(Refusal::Entry(i));
+            }
+            let overflow = flags & u64::from(RecordEntry::OVERFLOW);
+            value_bytes += value_len;
+            largest_span = largest_span.max(value_len + overflow * crate::format::PAGEHDRSZ as u64);
+            let Some(dst) = out.next() else {
+                return Err(Refusal::Entry(i));
+            };
+            let mut b = [0u8; ENTRY_LEN];
+            b[..8].copy_from_slice(&key_start.to_le_bytes());
+            b[8..16].copy_from_slice(&value_offset.to_le_bytes());
+            b[16..24].copy_from_slice(&(value_len | key_len << 32 | flags << 48).to_le_bytes());
+            dst.copy_from_slice(&b);
+            key_start += key_len;
+            prev = Previous {
+                value_offset,
+                key_len,
+                value_len,
+                inline: overflow == 0,
+            };
+        }
+        if !src.is_empty() || key_start != c.key_end {
+            return Err(Refusal::Entry(c.first + c.records));
+        }
+        Ok(Summary {
+            records: c.records,
+            key_bytes: 0,
+            value_bytes,
+            largest_span,
+        })
+    }
+
     /// Every entry of chunk `c` in order with its key's shared length,
     /// suffix and the previous key's start (relative to the chunk's first
-    /// key; `0, &[], 0` unless `keys`), checking the encoding, the keys
+    /// key), checking the encoding, the keys
     /// against the chunk's share of the key store and the value spans
     /// against a data file `file_len` long.
     fn walk(
         &self,
         c: &Chunk,
         file_len: u64,
-        keys: bool,
         mut each: impl FnMut(&RecordEntry, usize, &[u8], usize),
     ) -> Result<(), Refusal> {
         let mut entries = Reader(&self.bytes[c.entries.clone()]);
-        let mut key_bytes = Reader(match keys {
-            true => &self.bytes[c.keys.clone()],
-            false => &[],
-        });
+        let mut key_bytes = Reader(&self.bytes[c.keys.clone()]);
         let mut key_start = c.key_start;
         let mut prev = Previous::default();
         let (mut prev_start, mut prev_key_len) = (0usize, 0usize);
@@ -525,20 +588,18 @@ impl SavedIndex {
                 key_len: key_len as u16,
                 flags,
             };
-            let (shared, suffix) = if keys {
-                let shared = key_bytes.varint().ok_or_else(bad)? as usize;
-                if shared > prev_key_len || shared as u64 > key_len {
-                    return Err(bad());
-                }
-                let suffix = key_bytes.take(key_len as usize - shared).ok_or_else(bad)?;
-                (shared, suffix)
-            } else {
-                (0, &[][..])
-            };
-            let (at, len) = e.span();
-            let inside = key_start + key_len <= c.key_end
-                && e.value_offset >= crate::format::PAGEHDRSZ as u64
-                && at.checked_add(len).is_some_and(|end| end <= file_len);
+            let shared = key_bytes.varint().ok_or_else(bad)? as usize;
+            if shared > prev_key_len || shared as u64 > key_len {
+                return Err(bad());
+            }
+            let suffix = key_bytes.take(key_len as usize - shared).ok_or_else(bad)?;
+            // A span ends where its value does (an overflow value's starts
+            // at its page header, right before it). The keys' end is
+            // checked once, after the chunk: key_start only grows.
+            let inside = value_offset >= crate::format::PAGEHDRSZ as u64
+                && value_offset
+                    .checked_add(value_len)
+                    .is_some_and(|end| end <= file_len);
             if !inside {
                 return Err(bad());
             }
@@ -850,6 +911,15 @@ fn unzigzag(v: u64) -> u64 {
     (v >> 1) ^ (v & 1).wrapping_neg()
 }
 
+/// Reads a varint off the front of `src`.
+#[inline(always)]
+fn varint(src: &mut &[u8]) -> Option<u64> {
+    let mut r = Reader(src);
+    let v = r.varint();
+    *src = r.0;
+    v
+}
+
 /// Reads varints and byte runs off the front of a slice.
 struct Reader<'b>(&'b [u8]);
 
@@ -1085,6 +1155,17 @@ mod tests {
                 assert!(load_all(&damaged, &id).is_err(), "bit {bit} of byte {byte}");
             }
         }
+        // Read without keys: every flip before the keys (one chunk: a
+        // table row follows the entries).
+        let entries_len = u64::from_le_bytes(bytes[120..128].try_into().unwrap()) as usize;
+        for byte in 0..HEADER_LEN + entries_len + TABLE_ENTRY {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[byte] ^= 1 << bit;
+                let loaded = load(&damaged, &id, false);
+                assert!(loaded.is_err(), "without keys: bit {bit} of byte {byte}");
+            }
+        }
     }
 
     #[test]
@@ -1160,6 +1241,9 @@ mod tests {
             load_all(&file(&id, &entries, &keys), &id).unwrap_err(),
             Refusal::Entry(4)
         );
+        // Read without keys too.
+        let outside = file(&id, &entries, &keys);
+        assert_eq!(load(&outside, &id, false).unwrap_err(), Refusal::Entry(4));
         let (id, entries, keys) = sample();
         let bytes = file(&id, &entries, &keys);
         assert!(load_all(&resealed(&bytes, |_, _| {}), &id).is_ok());
@@ -1170,6 +1254,9 @@ mod tests {
             e.push(0x80);
         });
         assert_eq!(load_all(&cut, &id).unwrap_err(), Refusal::Entry(4));
+        assert_eq!(load(&cut, &id, false).unwrap_err(), Refusal::Entry(4));
+        let left_over = resealed(&bytes, |e, _| e.push(0));
+        assert_eq!(load(&left_over, &id, false).unwrap_err(), Refusal::Entry(5));
         let shares = resealed(&bytes, |_, k| k[0] = 3);
         assert_eq!(load_all(&shares, &id).unwrap_err(), Refusal::Entry(0));
         let extra = resealed(&bytes, |_, k| k.push(0));
