@@ -255,13 +255,18 @@ fn take_environment_lock(file: &File) -> Result<bool, String> {
     if lock_file::ofd_lock(file, Kind::Exclusive, 0).map_err(lock_error)? {
         return Ok(true);
     }
-    // Someone holds it: shared once a process setting it up is done.
+    // Someone holds it: shared once a process setting it up is done. A
+    // set-up takes well under a millisecond, and every node's reader of a
+    // job opens at once, so the wait starts short: a fixed 10 ms was the
+    // slowest part of opening a saved index at two nodes.
     let started = Instant::now();
+    let mut pause = Duration::from_micros(100);
     while !lock_file::ofd_lock(file, Kind::Shared, 0).map_err(lock_error)? {
         if started.elapsed() > WAIT {
             return Err("the lock file stayed locked for set-up by another process".into());
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
     Ok(false)
 }

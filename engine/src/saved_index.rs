@@ -178,6 +178,14 @@ fn load_here<'f>(
     keys: bool,
     area: &mut [u8],
 ) -> Option<Loaded<'f>> {
+    // The saved index's whole file is asked for at once, while the meta
+    // and root pages are read: read cold, its header and then its body
+    // came in one readahead window after another.
+    for path in &place.candidates {
+        if let Ok(f) = std::fs::File::open(path) {
+            let _ = lmdbio_core::page_cache::will_need(&f, 0, 0);
+        }
+    }
     let mtime = mtime_ns(file.path());
     let db = Database::from_source(file.source()).ok()?;
     let granule = file.plan_granule(u64::from(db.page_size())).ok()?;
