@@ -194,8 +194,9 @@ int lmdbio_options_set_inline_pages(lmdbio_options *options, uint64_t bytes);
  * of scanning the tree, and save the index a scan built (beside the data
  * file, else in $LMDBIO_INDEX_CACHE or $XDG_CACHE_HOME/lmdbio). 0: neither. */
 int lmdbio_options_set_saved_index(lmdbio_options *options, int on);
-/* 0 when the caller never reads lmdbio_record.key: a node that loads a
- * saved index then holds no keys, and keys come back empty. Default 1. */
+/* 0 when the caller never reads lmdbio_record.key: a node then holds no
+ * keys, scanning or loading a saved index, and keys come back empty.
+ * Default 1. */
 int lmdbio_options_set_keys(lmdbio_options *options, int keys);
 /* Runs of reads grow to target_bytes (default 4 MiB), bridging holes of up to
  * max_gap_bytes (default 64 KiB); independent reads issue one request per
