@@ -373,6 +373,7 @@ impl IndexPart {
     pub fn append(&mut self, other: &IndexPart) {
         let base = self.key_bytes;
         self.key_bytes += other.key_bytes;
+        self.order.append(&other.order);
         self.keys.extend_from_slice(&other.keys);
         self.entries
             .extend(other.entries.iter().map(|e| RecordEntry {

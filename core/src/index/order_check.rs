@@ -31,6 +31,18 @@ impl OrderCheck {
     pub fn ends(&self) -> Option<(&[u8], &[u8])> {
         self.first.as_deref().map(|f| (f, &self.last[..]))
     }
+
+    /// Makes this the run of its keys followed by `next`'s, leaving the
+    /// seam between them unchecked (see [`first_bad_seam`]).
+    pub fn append(&mut self, next: &OrderCheck) {
+        if let Some((first, last)) = next.ends() {
+            if self.first.is_none() {
+                self.first = Some(first.to_vec());
+            }
+            self.last.clear();
+            self.last.extend_from_slice(last);
+        }
+    }
 }
 
 /// The first seam out of order between runs in key order, given as their
@@ -74,9 +86,15 @@ mod tests {
         // The empty key sorts first; it may open a run, never follow.
         assert!(run(&[b"", b"\0"]).is_ok());
         assert_eq!(run(&[b"a", b""]).err(), Some(1));
-        let c = run(&[b"k1", b"k2", b"k3"]).unwrap();
+        let mut c = run(&[b"k1", b"k2", b"k3"]).unwrap();
         assert_eq!(c.ends(), Some((&b"k1"[..], &b"k3"[..])));
         assert_eq!(OrderCheck::default().ends(), None);
+        c.append(&OrderCheck::default());
+        c.append(&run(&[b"k5", b"k7"]).unwrap());
+        assert_eq!(c.ends(), Some((&b"k1"[..], &b"k7"[..])));
+        let mut empty = OrderCheck::default();
+        empty.append(&c);
+        assert_eq!(empty.ends(), c.ends());
     }
 
     #[test]
