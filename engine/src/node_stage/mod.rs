@@ -8,8 +8,8 @@
 //! the database and lists the staged extents with their checksums. One
 //! writer thread stages: the bytes of the reader's completed runs (copied
 //! out of the window as each round's read ends, skipped when it falls
-//! behind) first, then, at the lowest priority, the rest of the node's
-//! blocks from the database file. Anything wrong with the stage (another
+//! behind) first, then, from the second epoch on and at the lowest I/O
+//! priority, the rest of the node's blocks from the database file. Anything wrong with the stage (another
 //! database's, a failed checksum, a full or unwritable directory) is said
 //! once and the shared file system is read instead.
 
@@ -588,6 +588,17 @@ impl Shared {
         Some(0)
     }
 
+    /// Whether the filler waits: while a round read of the database is in
+    /// progress, and through the job's first epoch, which the filler's
+    /// reads of the shared file system slowed most (see
+    /// docs/design/node-stage.md) and whose bytes the reader stages anyway.
+    fn hold_fill(&self, closing: Closing) -> bool {
+        self.serving.load(Ordering::SeqCst) > 0
+            || (closing == Closing::Open
+                && self.tally.current_epoch.load(Ordering::Relaxed)
+                    <= self.first_epoch.load(Ordering::Relaxed))
+    }
+
     fn write_loop(self: Arc<Self>) {
         priority::lower_this_thread();
         let mut block = 0u64;
@@ -628,7 +639,7 @@ impl Shared {
                     self.released.notify_all();
                     n
                 }
-                (None, None) if filling && self.serving.load(Ordering::SeqCst) > 0 => {
+                (None, None) if filling && self.hold_fill(closing) => {
                     let q = lock(&self.queue);
                     if q.pieces.is_empty() && q.received.is_empty() && q.closing == Closing::Open {
                         let _ = self.wake.wait_timeout(q, Duration::from_millis(5));

@@ -41,6 +41,9 @@ pub enum Method {
     /// saving a saved index (as --no-saved-index): to compare opening with
     /// and without one in the same invocation.
     LmdbioScan,
+    /// lmdbio's engine with its defaults and no stage even with --stage:
+    /// to pair epochs with and without staging in one invocation.
+    LmdbioNostage,
     /// liblmdb's mmap cursor, every rank scanning everything and keeping
     /// records i % P == rank (Caffe's multi-GPU Data layer).
     LmdbSkip,
@@ -68,6 +71,7 @@ impl Method {
                 | Method::LmdbioGlobal
                 | Method::LmdbioCollective
                 | Method::LmdbioScan
+                | Method::LmdbioNostage
         )
     }
 
@@ -78,6 +82,7 @@ impl Method {
             Method::LmdbioGlobal => "lmdbio-global",
             Method::LmdbioCollective => "lmdbio-collective",
             Method::LmdbioScan => "lmdbio-scan",
+            Method::LmdbioNostage => "lmdbio-nostage",
             Method::LmdbSkip => "lmdb-skip",
             Method::LmdbWalk => "lmdb-walk",
             Method::Raw => "raw",
@@ -394,7 +399,8 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
             | Method::LmdbioShuffled
             | Method::LmdbioGlobal
             | Method::LmdbioCollective
-            | Method::LmdbioScan => {
+            | Method::LmdbioScan
+            | Method::LmdbioNostage => {
                 let mut options = engine_options(args)?;
                 match method {
                     Method::LmdbioShuffled => {
@@ -406,6 +412,7 @@ fn run_in(args: &Args, universe: &mpi::environment::Universe) -> Result<(), Comm
                     }
                     Method::LmdbioCollective => options.collective = true,
                     Method::LmdbioScan => options.saved_index = false,
+                    Method::LmdbioNostage => options.stage = None,
                     _ => {}
                 }
                 engine_method::run(args, options, &world, trace_dir, progress)?
