@@ -10,6 +10,7 @@ Standard library only, so it runs wherever the benchmark runs.
 
 import argparse
 import json
+import math
 import pathlib
 import re
 import statistics
@@ -65,57 +66,67 @@ def epoch1_pairs(doc):
 
 
 def summary(found):
-    points = sorted({(p, k) for (_, p, k) in found})
+    """One row per point: MB/s by epoch per method, MiB per node read from
+    the database file by epoch, and the ratios issue 33 asks for."""
+
+    def ep(kind, p, k, method):
+        entry = found.get((kind, p, k))
+        run = entry and run_of(entry[0], method)
+        return (epochs_of(run), run) if run else ([], None)
+
+    def by_epoch(values):
+        return " / ".join(f"{v:.0f}" for v in values[:3]) or "–"
+
     lines = [
-        "MB/s by epoch; [MiB per node from the database file / the stage / other nodes]",
-        "",
-        "| P, K | load | method | epoch 1 | 2 | 3 | read per node, by epoch |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| P, K | load | raw, raw-stage | skip, ep. 1 | no stage | stage, global [MiB/node from the file] "
+        "| 1/N per node [file; other nodes] | ep. 1 staged / unstaged: global; pairs | 2+ / raw-stage; / raw; 1/N: / raw |",
+        "|---|---|---|---:|---|---|---|---|---|",
     ]
-    for p, k in points:
-        for method, kind, label, _, _ in SERIES:
-            entry = found.get((kind, p, k))
-            run = entry and run_of(entry[0], method)
-            if not run:
-                continue
-            mbs = epochs_of(run)
-            cells = [f"{v:.0f}" for v in mbs[:3]] + [""] * (3 - min(3, len(mbs)))
-            reads = " ".join(
-                f"[{mib(e['db_bytes_read_per_node'])}/{mib(e['stage_bytes_read_per_node'])}"
-                f"/{mib(e['remote_bytes_received_per_node'])}]"
-                for e in sorted(run.get("per_epoch") or [], key=lambda e: e["epoch"])
-            )
-            load = "–".join(entry[1])
-            lines.append(f"| {p}, {k} | {load} | {label} | " + " | ".join(cells) + f" | {reads} |")
-    lines += ["", "| P, K | staged / unstaged epoch 1 (global, full) | epochs 2+ / raw-stage | / raw | partitioned 2+ / raw | epoch 1 writer pairs (lmdbio) |", "|---|---:|---:|---:|---:|---|"]
-    for p, k in points:
+    for p, k in sorted({(p, k) for (_, p, k) in found}):
         full = found.get(("full", p, k))
-        cells = ["", "", "", ""]
-        if full:
-            g, n = run_of(full[0], "lmdbio-global"), run_of(full[0], "lmdbio-nostage")
-            rs, raw = run_of(full[0], "raw-stage"), run_of(full[0], "raw")
-            if g and n:
-                cells[0] = f"{epochs_of(g)[0] / epochs_of(n)[0]:.2f}"
-            later = g and epochs_of(g)[1:]
-            if later and rs:
-                cells[1] = f"{min(later) / rs['mb_per_s']:.2f}"
-            if later and raw:
-                cells[2] = f"{min(later) / raw['mb_per_s']:.2f}"
-        part = found.get(("part", p, k))
-        if part:
-            g, raw = run_of(part[0], "lmdbio-global"), run_of(part[0], "raw")
-            later = g and epochs_of(g)[1:]
-            if later and raw:
-                cells[3] = f"{min(later) / raw['mb_per_s']:.2f}"
+        raw = ep("full", p, k, "raw")[0]
+        rs = ep("full", p, k, "raw-stage")[0]
+        skip = ep("full", p, k, "lmdb-skip")[0]
+        plain = ep("full", p, k, "lmdbio-nostage")[0]
+        staged, srun = ep("full", p, k, "lmdbio-global")
+        part, prun = ep("part", p, k, "lmdbio-global")
+        praw = ep("part", p, k, "raw")[0]
+
+        def per_node(run, key):
+            return " / ".join(mib(e[key]) for e in sorted(run.get("per_epoch") or [], key=lambda e: e["epoch"]))
+
+        cells = [
+            f"{p}, {k}",
+            "–".join(full[1]) if full else "",
+            f"{raw[0]:.0f}, {rs[0]:.0f}" if raw and rs else "",
+            f"{skip[0]:.0f}" if skip else "",
+            by_epoch(plain),
+            f"{by_epoch(staged)} [{per_node(srun, 'db_bytes_read_per_node')}]" if srun else "",
+            f"{by_epoch(part)} [{per_node(prun, 'db_bytes_read_per_node')}; "
+            f"{per_node(prun, 'remote_bytes_received_per_node')}]"
+            if prun
+            else "",
+        ]
         e1 = found.get(("epoch1", p, k))
         pairs = epoch1_pairs(e1[0]) if e1 else []
-        pair_text = (
-            f"median {statistics.median(pairs):.2f} of " + ", ".join(f"{x:.2f}" for x in pairs)
-            if pairs
-            else ""
-        )
-        lines.append(f"| {p}, {k} | " + " | ".join(cells) + f" | {pair_text} |")
-    lines += ["", "Ratios of epochs 2+ take the slower of them."]
+        first = f"{staged[0] / plain[0]:.2f}" if staged and plain else ""
+        if pairs:
+            first += f"; {statistics.median(pairs):.2f} ({min(pairs):.2f}–{max(pairs):.2f})"
+        cells.append(first)
+        later = []
+        if staged[1:] and rs:
+            later.append(f"{min(staged[1:]) / rs[0]:.2f}")
+        if staged[1:] and raw:
+            later.append(f"{min(staged[1:]) / raw[0]:.2f}")
+        if part[1:] and praw:
+            later.append(f"1/N {min(part[1:]) / praw[0]:.2f}")
+        cells.append("; ".join(later))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "MB/s by epoch. Pairs: epoch 1 of lmdbio with the stage over lmdbio-nostage, run by",
+        "run (median, range). Epochs 2+ ratios take the slower epoch. Load: before, after.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -126,15 +137,21 @@ def svg(found, title):
     pw, ph, left, top, legend = 210, 150, 46, 34, 118
     width = cols * (pw + left) + 10
     height = top + rows * (ph + 46) + legend
-    ymax = 1.0
+    # Log scale: epochs served from memory run at ten times the shared
+    # file system's rate, and both must stay readable.
+    lo, hi = 1e9, 1.0
     for (kind, p, k), (doc, _) in found.items():
         if kind in ("full", "part"):
             for r in doc["runs"]:
-                ymax = max(ymax, *epochs_of(r))
-    step = 10 ** len(str(int(ymax))) / 10
-    while ymax / step > 6:
-        step *= 2
-    ymax = step * (int(ymax / step) + 1)
+                lo, hi = min(lo, *epochs_of(r)), max(hi, *epochs_of(r))
+    ticks = [t * m for m in (10, 100, 1000, 10000, 100000) for t in (1, 2, 5)]
+    lo = max(t for t in ticks if t <= max(lo, 10))
+    hi = min(t for t in ticks if t >= hi)
+    ticks = [t for t in ticks if lo <= t <= hi]
+
+    def ypos(y0, v):
+        return y0 + ph - (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * ph
+
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'font-family="sans-serif" font-size="10">',
@@ -145,14 +162,13 @@ def svg(found, title):
         x0 = left + (i % cols) * (pw + left)
         y0 = top + (i // cols) * (ph + 46)
         out.append(f'<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
-        over = " (oversubscribed)" if p > 2 * 2 and k >= 1 and p > 4 else ""
+        # Two cores: eight ranks (and their readers) are oversubscribed.
+        over = ", 4 ranks per core" if p >= 8 else ""
         out.append(f'<text x="{x0 + pw / 2}" y="{y0 - 4}" text-anchor="middle">P = {p}, {k} per node{over}</text>')
-        v = 0
-        while v <= ymax:
-            y = y0 + ph - v / ymax * ph
-            out.append(f'<line x1="{x0 - 3}" y1="{y:.1f}" x2="{x0}" y2="{y:.1f}" stroke="#999"/>')
-            out.append(f'<text x="{x0 - 5}" y="{y + 3:.1f}" text-anchor="end">{v:.0f}</text>')
-            v += step
+        for v in ticks:
+            y = ypos(y0, v)
+            out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + pw}" y2="{y:.1f}" stroke="#eee"/>')
+            out.append(f'<text x="{x0 - 4}" y="{y + 3:.1f}" text-anchor="end">{v:,}</text>')
         epochs = 3
         xs = [x0 + pw * (e + 0.5) / epochs for e in range(epochs)]
         for e, x in enumerate(xs):
@@ -162,14 +178,15 @@ def svg(found, title):
             run = entry and run_of(entry[0], method)
             if not run:
                 continue
-            ys = epochs_of(run)[:epochs]
-            pts = " ".join(f"{xs[e]:.1f},{y0 + ph - v / ymax * ph:.1f}" for e, v in enumerate(ys))
+            # The limits read one pass: a level line across the epochs.
+            ys = [run["mb_per_s"]] * epochs if method.startswith("raw") else epochs_of(run)[:epochs]
+            pts = " ".join(f"{xs[e]:.1f},{ypos(y0, v):.1f}" for e, v in enumerate(ys))
             dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
             out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6"{dash_attr}/>')
             for e, v in enumerate(ys):
-                out.append(f'<circle cx="{xs[e]:.1f}" cy="{y0 + ph - v / ymax * ph:.1f}" r="2" fill="{colour}"/>')
+                out.append(f'<circle cx="{xs[e]:.1f}" cy="{ypos(y0, v):.1f}" r="2" fill="{colour}"/>')
     ly = top + rows * (ph + 46) + 4
-    out.append(f'<text x="{left}" y="{ly}">MB/s by epoch (x: epoch). Legend:</text>')
+    out.append(f'<text x="{left}" y="{ly}">MB/s (log scale) by epoch; the limits are one pass each</text>')
     for j, (_, _, label, colour, dash) in enumerate(SERIES):
         x = left + (j % 2) * 260
         y = ly + 16 + (j // 2) * 16
