@@ -603,3 +603,51 @@ fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
         assert!(remote > 0.0, "{what}");
     }
 }
+
+#[test]
+fn epoch_one_reads_only_the_nodes_share_and_nostage_ignores_a_stage() {
+    let fx = database(309);
+    let oracle = oracle_lines(&fx);
+    let file_len = std::fs::metadata(fx.data_file()).unwrap().len() as f64;
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    // One epoch on two nodes: the filler waits for the second epoch, so
+    // each node reads its half (and the tree), not the other half too.
+    let one = bench(
+        &fx.path,
+        2,
+        1,
+        &["--epochs", "1", "--stage", dir, "--keep-stage"],
+    );
+    // One epoch's trace lines carry no epoch prefix.
+    let mut lines = one.lines.clone();
+    lines.sort();
+    assert!(lines == oracle, "one epoch differs from liblmdb");
+    let rows = one.row["per_epoch"].as_array().unwrap();
+    let db = rows[0]["db_bytes_read_per_node"].as_f64().unwrap();
+    assert!(
+        db < 0.6 * file_len,
+        "epoch 1 read {db} bytes per node of a {file_len}-byte file"
+    );
+    // Kept complete (the filler ran at the end), yet lmdbio-nostage reads
+    // the file and not the stage.
+    let plain = bench(
+        &fx.path,
+        2,
+        1,
+        &[
+            "--epochs",
+            "2",
+            "--stage",
+            dir,
+            "--method",
+            "lmdbio-nostage",
+        ],
+    );
+    assert_epochs_exact(&plain, &oracle, 2, "lmdbio-nostage");
+    assert_eq!(plain.f("stage_bytes_read_per_node"), 0.0);
+    assert!(plain.f("bytes_read_per_node") >= 0.9 * file_len);
+    let staged = bench(&fx.path, 2, 1, &["--epochs", "2", "--stage", dir]);
+    assert_epochs_exact(&staged, &oracle, 2, "lmdbio from the kept stage");
+    assert!(staged.f("stage_bytes_read_per_node") > 0.0);
+}
