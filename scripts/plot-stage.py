@@ -134,7 +134,7 @@ def svg(found, title):
     points = sorted({(p, k) for (kind, p, k) in found if kind == "full"})
     cols = min(3, max(1, len(points)))
     rows = (len(points) + cols - 1) // cols
-    pw, ph, left, top, legend = 210, 150, 46, 34, 118
+    pw, ph, left, top, legend = 210, 150, 46, 34, 74
     width = cols * (pw + left) + 10
     height = top + rows * (ph + 46) + legend
     # Log scale: epochs served from memory run at ten times the shared
