@@ -83,9 +83,9 @@ for point in ${POINTS:-2:1 2:2 4:1 4:2 8:1 8:2}; do
         # Partitioned placement needs more than one node. The budget: a
         # node's share of the stage's 4 MiB blocks, so every block is held.
         [ "$nodes" -gt 1 ] || continue
-        blocks=$(((file_len + block - 1) / block))
+        share=$((((file_len + block - 1) / block + nodes - 1) / nodes))
         run "part-p$p-k$k" "$p" "$k" --repeat 1 --epochs "${EPOCHS:-3}" \
-          --stage-budget $(((blocks + nodes - 1) / nodes * block)) \
+          --stage-budget $((share * block)) \
           --method raw --method lmdbio-global
         ;;
       epoch1)
