@@ -97,7 +97,7 @@ def summary(found):
 
         cells = [
             f"{p}, {k}",
-            "–".join(full[1]) if full else "",
+            "–".join(next((e[1] for e in (full, found.get(("epoch1", p, k))) if e), [])),
             f"{raw[0]:.0f}, {rs[0]:.0f}" if raw and rs else "",
             f"{skip[0]:.0f}" if skip else "",
             by_epoch(plain),
