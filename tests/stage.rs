@@ -589,8 +589,9 @@ fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
         // stage from the file, as far as its filler gets.
         let job = |r: &Ran| nodes * per_epoch(r, "db_bytes_read_per_node").iter().sum::<f64>();
         // Slack for runs read from the file while a home block was not whole
-        // yet (a loaded machine).
-        let bound = (1.0 + (nodes - 1.0) / (nodes * nodes) + 0.3) * file_len;
+        // yet (a loaded machine), and for epoch 2 reading what no stage
+        // holds yet, as the filler waits for it (docs/design/node-stage.md).
+        let bound = (1.0 + (nodes - 1.0) / (nodes * nodes) + 0.45) * file_len;
         assert!(
             job(&shared) <= bound,
             "{what}: the job read {} bytes of a {file_len}-byte file ({} without the exchange)",
