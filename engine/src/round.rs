@@ -193,6 +193,8 @@ impl Engine {
             overlap: self.options.overlap,
             granule: self.plan_granule,
             prefetch: self.round_steps as u64,
+            first_round: self.options.prefetch as u64,
+            rounds_before: self.rounds_started,
             step_limit: self.options.step_limit,
             readers_per_node: self.options.readers_per_node as u64,
         }

@@ -20,6 +20,11 @@ pub(crate) struct RoundPlanner {
     pub(crate) granule: u64,
     /// Steps a round takes at most.
     pub(crate) prefetch: u64,
+    /// Steps the job's first round takes at most (see
+    /// docs/design/inline-records.md, "First batch").
+    pub(crate) first_round: u64,
+    /// Rounds the job started before the one being planned.
+    pub(crate) rounds_before: u64,
     /// The job takes no step at or past this one.
     pub(crate) step_limit: Option<u64>,
     /// Readers per node, among which a round's bytes are split.
@@ -66,13 +71,27 @@ impl RoundPlanner {
         self.overlap && self.step_limit.is_none_or(|limit| next < limit)
     }
 
+    /// Steps the round being planned takes at most: `first_round` for the
+    /// job's first, `prefetch` after. A round is planned whole before any
+    /// of it is read, and its first step waits for its first run: a full
+    /// first round of small records (thousands of steps) made the first
+    /// batch wait for both (see docs/design/inline-records.md, "First
+    /// batch").
+    pub(crate) fn round_cap(&self) -> u64 {
+        let full = self.prefetch.max(1);
+        match self.rounds_before {
+            0 => self.first_round.clamp(1, full),
+            _ => full,
+        }
+    }
+
     /// The longest round starting at step `first` whose plan fits
-    /// `capacity`: `prefetch` steps (fewer before the step limit, at
-    /// least one), halved until `plan(k)`'s length (`len`) fits and each
-    /// reader's share stays a count MPI can take. Even the first round is
-    /// a full one: its first step is served as soon as that step's runs
-    /// are in, which they are first (see docs/design/read-rounds.md).
-    /// `Err` holds the length of the one-step plan that does not fit.
+    /// `capacity`: [`Self::round_cap`] steps (fewer before the step limit,
+    /// at least one), halved until `plan(k)`'s length (`len`) fits and
+    /// each reader's share stays a count MPI can take. Its first step is
+    /// served as soon as that step's runs are in, which they are first
+    /// (see docs/design/read-rounds.md). `Err` holds the length of the
+    /// one-step plan that does not fit.
     pub(crate) fn longest_fitting<R>(
         &self,
         first: u64,
@@ -83,7 +102,7 @@ impl RoundPlanner {
         let left = self
             .step_limit
             .map_or(u64::MAX, |l| l.saturating_sub(first));
-        let mut k = self.prefetch.max(1).min(left).max(1);
+        let mut k = self.round_cap().min(left).max(1);
         loop {
             let round = plan(k);
             let bytes = len(&round);
@@ -110,6 +129,8 @@ mod tests {
             overlap: true,
             granule: 1,
             prefetch: 16,
+            first_round: 16,
+            rounds_before: 0,
             step_limit: None,
             readers_per_node: 1,
         }
@@ -200,6 +221,38 @@ mod tests {
             ..planner()
         };
         assert_eq!(tries(&odd, 0, 100, 100), (vec![5, 3, 2, 1], Ok(1)));
+    }
+
+    #[test]
+    fn the_jobs_first_round_is_short_and_the_others_full() {
+        let p = RoundPlanner {
+            prefetch: 2_622,
+            first_round: 16,
+            ..planner()
+        };
+        let caps: Vec<u64> = [0, 1, 2, u64::MAX]
+            .into_iter()
+            .map(|n| {
+                RoundPlanner {
+                    rounds_before: n,
+                    ..p
+                }
+                .round_cap()
+            })
+            .collect();
+        assert_eq!(caps, [16, 2_622, 2_622, 2_622]);
+        assert_eq!(tries(&p, 0, u64::MAX, 1), (vec![16], Ok(16)));
+        let second = RoundPlanner {
+            rounds_before: 1,
+            ..p
+        };
+        assert_eq!(tries(&second, 16, u64::MAX, 1), (vec![2_622], Ok(2_622)));
+        let same = RoundPlanner {
+            first_round: 64,
+            prefetch: 16,
+            ..planner()
+        };
+        assert_eq!(same.round_cap(), 16);
     }
 
     #[test]
