@@ -91,12 +91,13 @@ impl Cursor {
             Tail::Short => 1,
         });
         // The shuffle byte: 0 none, 1 chunked (as in every version 2
-        // cursor), 2 global; version 2 readers before the global mode
-        // refuse a global cursor by this byte.
+        // cursor), 2 global, 3 global after the first epoch; version 2
+        // readers before a mode refuse its cursors by this byte.
         b.push(match self.shuffle.map(|s| s.mode) {
             None => 0,
             Some(ShuffleMode::Chunked) => 1,
             Some(ShuffleMode::Global) => 2,
+            Some(ShuffleMode::GlobalAfterFirst) => 3,
         });
         b.push(u8::from(self.after_repartition));
         let s = self.shuffle.unwrap_or(Shuffle {
@@ -167,6 +168,7 @@ impl Cursor {
             0 => None,
             1 => shuffled(ShuffleMode::Chunked),
             2 => shuffled(ShuffleMode::Global),
+            3 => shuffled(ShuffleMode::GlobalAfterFirst),
             x => return Err(bad(&format!("shuffle flag {x}"))),
         };
         let after_repartition = match b[23] {
@@ -481,8 +483,23 @@ mod tests {
         assert_eq!(g.len(), CURSOR_BYTES);
         assert_eq!(g[22], 2);
         assert_eq!(Cursor::decode(&g).unwrap(), global);
+        // Global after the first epoch keeps the chunked sizes: byte 3,
+        // and otherwise the chunked cursor's bytes.
+        let after_first = Cursor {
+            shuffle: Some(Shuffle {
+                mode: ShuffleMode::GlobalAfterFirst,
+                ..chunked.shuffle.unwrap()
+            }),
+            ..chunked
+        };
+        let a = after_first.encode();
+        assert_eq!(a[22], 3);
+        assert_eq!(a[..22], bytes[..22]);
+        assert_eq!(a[23..], bytes[23..]);
+        assert_eq!(Cursor::decode(&a).unwrap(), after_first);
+        assert_ne!(Cursor::decode(&a).unwrap(), chunked);
         let mut bad = g.clone();
-        bad[22] = 3;
+        bad[22] = 4;
         assert!(Cursor::decode(&bad).is_err());
     }
 

@@ -2,7 +2,7 @@
 //!
 //! Without a seed, position p is record p (key order). With a seed, epoch e
 //! is a permutation computed identically on every rank from (seed, e)
-//! alone, in one of two modes ([`ShuffleMode`]).
+//! alone, in one of three modes ([`ShuffleMode`]).
 //!
 //! Global: a uniform-looking permutation of every record, one keyed
 //! bijection of `0..records` per epoch evaluated position by position in
@@ -15,6 +15,10 @@
 //! records read together come from short contiguous pieces of those chunks,
 //! so reads stay large. Every record can land anywhere in the epoch.
 //! Any epoch can be recomputed after a restore; nothing is communicated.
+//!
+//! Global after the first (the default staged): epoch 0 is the chunked
+//! order, every later epoch the global one, so the epoch that reads the
+//! database file (and fills a stage) keeps its large reads.
 
 use std::cell::{Cell, RefCell};
 
@@ -33,6 +37,43 @@ pub enum ShuffleMode {
     /// has the class mix of a random sample, and every record is a read
     /// of its own unless it is served from memory or a stage.
     Global,
+    /// Epoch 0 exactly the chunked order, every later epoch exactly the
+    /// global one: for a stage, whose first epoch reads the database file
+    /// (where large reads matter) and whose later epochs are served from
+    /// node-local storage (see docs/design/global-shuffle.md).
+    GlobalAfterFirst,
+}
+
+impl ShuffleMode {
+    /// Every mode.
+    pub const ALL: [ShuffleMode; 3] = [
+        ShuffleMode::Chunked,
+        ShuffleMode::Global,
+        ShuffleMode::GlobalAfterFirst,
+    ];
+
+    /// The mode's name in options and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShuffleMode::Chunked => "chunked",
+            ShuffleMode::Global => "global",
+            ShuffleMode::GlobalAfterFirst => "global-after-first",
+        }
+    }
+
+    /// The mode named `name` (as [`ShuffleMode::name`] spells it).
+    pub fn from_name(name: &str) -> Option<ShuffleMode> {
+        ShuffleMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether epoch `epoch` is a global permutation (else chunked).
+    pub fn is_global_in(self, epoch: u64) -> bool {
+        match self {
+            ShuffleMode::Chunked => false,
+            ShuffleMode::Global => true,
+            ShuffleMode::GlobalAfterFirst => epoch > 0,
+        }
+    }
 }
 
 /// Shuffle parameters; part of a cursor, so a restored job reproduces them.
@@ -40,11 +81,12 @@ pub enum ShuffleMode {
 pub struct Shuffle {
     /// The seed every rank derives each epoch's permutation from.
     pub seed: u64,
-    /// Records per chunk (at least 1; 0 in global mode, which has none).
+    /// Records per chunk of the chunked epochs (at least 1; 0 in global
+    /// mode, which has none).
     pub chunk: u64,
     /// Chunks per shuffling window (at least 1; 0 in global mode).
     pub window_chunks: u64,
-    /// Chunked or global.
+    /// Chunked, global, or chunked in epoch 0 and global after it.
     pub mode: ShuffleMode,
 }
 
@@ -62,11 +104,11 @@ impl Shuffle {
     }
 
     /// The shuffle as an order uses it: chunk and window sizes of 0 taken
-    /// as 1 in chunked mode, both 0 in global mode (which has no chunks),
-    /// so that two descriptions of one order compare equal.
+    /// as 1 in the modes with chunked epochs, both 0 in global mode (which
+    /// has no chunks), so that two descriptions of one order compare equal.
     pub fn normalized(self) -> Shuffle {
         match self.mode {
-            ShuffleMode::Chunked => Shuffle {
+            ShuffleMode::Chunked | ShuffleMode::GlobalAfterFirst => Shuffle {
                 chunk: self.chunk.max(1),
                 window_chunks: self.window_chunks.max(1),
                 ..self
@@ -85,7 +127,7 @@ pub struct EpochOrder {
     records: u64,
     shuffle: Option<Shuffle>,
     cache: RefCell<Cache>,
-    /// Global mode: the last epoch's permutation.
+    /// Global epochs: the last one's permutation.
     global: Cell<Option<(u64, KeyedPermutation)>>,
 }
 
@@ -122,7 +164,7 @@ impl EpochOrder {
         let Some(s) = self.shuffle else {
             return position;
         };
-        if s.mode == ShuffleMode::Global {
+        if s.mode.is_global_in(epoch) {
             return self.global(epoch).apply(position);
         }
         let n = self.records;
@@ -190,8 +232,9 @@ impl EpochOrder {
 }
 
 impl EpochOrder {
-    /// Epoch `epoch`'s permutation in global mode: keyed by the seed and
-    /// the epoch alone, so every rank (and a restored job) computes it.
+    /// Epoch `epoch`'s global permutation: keyed by the seed and the epoch
+    /// alone (not the mode), so every rank (and a restored job) computes
+    /// it, and a global epoch is the same in both modes that have one.
     fn global(&self, epoch: u64) -> KeyedPermutation {
         if let Some((e, p)) = self.global.get() {
             if e == epoch {
@@ -489,5 +532,93 @@ mod tests {
         );
         let c = mean_classes(&chunked);
         assert!(c < 0.5 * g, "chunked: {c:.1} classes per batch");
+    }
+
+    fn with_mode(mode: ShuffleMode, n: u64) -> EpochOrder {
+        EpochOrder::new(
+            n,
+            Some(Shuffle {
+                mode,
+                ..Shuffle::with_default_sizes(13, n, 40 * n)
+            }),
+        )
+    }
+
+    /// Epoch 0 is the chunked order of the same seed and sizes, every
+    /// later epoch the global one of the same seed: exactly, position by
+    /// position, also when asked out of order or by a fresh order.
+    #[test]
+    fn global_after_first_is_chunked_in_epoch_0_and_global_after() {
+        for n in [1u64, 7, 1000, 4099] {
+            let mixed = with_mode(ShuffleMode::GlobalAfterFirst, n);
+            let chunked = with_mode(ShuffleMode::Chunked, n);
+            let global = with_mode(ShuffleMode::Global, n);
+            assert_eq!(epoch(&mixed, 0), epoch(&chunked, 0), "n={n}");
+            for e in 1..4 {
+                assert_eq!(epoch(&mixed, e), epoch(&global, e), "n={n} epoch {e}");
+            }
+            if n >= 1000 {
+                assert_ne!(epoch(&mixed, 0), epoch(&global, 0));
+                assert_ne!(epoch(&mixed, 1), epoch(&chunked, 1));
+            }
+            let fresh = with_mode(ShuffleMode::GlobalAfterFirst, n);
+            assert_eq!(fresh.ordinal(2, n - 1), global.ordinal(2, n - 1));
+            assert_eq!(fresh.ordinal(0, n / 2), chunked.ordinal(0, n / 2));
+            assert_eq!(fresh.ordinal(1, 0), global.ordinal(1, 0));
+        }
+    }
+
+    /// The mode keeps the chunked sizes (epoch 0 uses them), with 0 taken
+    /// as 1, so two descriptions of one order compare equal; and it is
+    /// another order than either mode's.
+    #[test]
+    fn global_after_first_normalizes_like_chunked() {
+        let s = Shuffle {
+            seed: 3,
+            chunk: 0,
+            window_chunks: 0,
+            mode: ShuffleMode::GlobalAfterFirst,
+        };
+        let n = s.normalized();
+        assert_eq!((n.chunk, n.window_chunks), (1, 1));
+        assert_eq!(
+            n,
+            Shuffle {
+                chunk: 1,
+                window_chunks: 1,
+                ..s
+            }
+            .normalized()
+        );
+        assert_eq!(n.normalized(), n);
+        let sized = Shuffle {
+            chunk: 21,
+            window_chunks: 4,
+            ..s
+        };
+        assert_eq!(sized.normalized(), sized);
+        for other in [ShuffleMode::Chunked, ShuffleMode::Global] {
+            assert_ne!(
+                Shuffle {
+                    mode: other,
+                    ..sized
+                }
+                .normalized(),
+                sized
+            );
+        }
+    }
+
+    #[test]
+    fn modes_are_named_and_parsed_by_one_table() {
+        for m in ShuffleMode::ALL {
+            assert_eq!(ShuffleMode::from_name(m.name()), Some(m));
+        }
+        assert_eq!(
+            ShuffleMode::from_name("global-after-first"),
+            Some(ShuffleMode::GlobalAfterFirst)
+        );
+        assert_eq!(ShuffleMode::from_name("Global"), None);
+        assert_eq!(ShuffleMode::from_name(""), None);
     }
 }
