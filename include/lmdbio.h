@@ -273,10 +273,14 @@ int lmdbio_options_set_shuffle(lmdbio_options *options, uint64_t seed, uint64_t 
  * mixes the records of a window's chunks. GLOBAL: every epoch a uniform
  * permutation of all records, so every batch has the class mix of a random
  * sample; read from the database file each record is a read of its own
- * (docs/design/global-shuffle.md). DEFAULT: global with a stage, else chunked. */
+ * (docs/design/global-shuffle.md). GLOBAL_AFTER_FIRST: the first epoch
+ * (which reads the database file and fills a stage) exactly CHUNKED, every
+ * later one exactly GLOBAL. DEFAULT: GLOBAL_AFTER_FIRST with a stage, else
+ * CHUNKED. */
 #define LMDBIO_SHUFFLE_DEFAULT 0
 #define LMDBIO_SHUFFLE_CHUNKED 1
 #define LMDBIO_SHUFFLE_GLOBAL 2
+#define LMDBIO_SHUFFLE_GLOBAL_AFTER_FIRST 3
 int lmdbio_options_set_shuffle_mode(lmdbio_options *options, int mode);
 /* Resume from a cursor written by lmdbio_cursor_get on the same rank of a
  * job with the same rank count, order options and database (refused

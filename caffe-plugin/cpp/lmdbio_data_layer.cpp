@@ -169,10 +169,12 @@ void LmdbioDataLayer<Dtype>::open_engine(int batch_size, int* rank, int* ranks, 
   const char* shuffle_mode = std::getenv("LMDBIO_CAFFE_SHUFFLE_MODE");
   if (shuffle_mode != nullptr && *shuffle_mode != '\0') {
     const std::string name(shuffle_mode);
-    const int mode = name == "global"    ? LMDBIO_SHUFFLE_GLOBAL
-                     : name == "chunked" ? LMDBIO_SHUFFLE_CHUNKED
-                                         : -1;
-    CHECK_NE(mode, -1) << "LMDBIO_CAFFE_SHUFFLE_MODE must be global or chunked, got \"" << name << "\"";
+    const int mode = name == "global"               ? LMDBIO_SHUFFLE_GLOBAL
+                     : name == "chunked"            ? LMDBIO_SHUFFLE_CHUNKED
+                     : name == "global-after-first" ? LMDBIO_SHUFFLE_GLOBAL_AFTER_FIRST
+                                                    : -1;
+    CHECK_NE(mode, -1) << "LMDBIO_CAFFE_SHUFFLE_MODE must be chunked, global or global-after-first, got \""
+                       << name << "\"";
     CHECK_GT(shuffle_seed, 0u) << "LMDBIO_CAFFE_SHUFFLE_MODE needs LMDBIO_CAFFE_SHUFFLE_SEED";
     CHECK_EQ(lmdbio_options_set_shuffle_mode(options, mode), LMDBIO_OK) << lmdbio_last_error();
   }

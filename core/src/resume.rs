@@ -760,4 +760,38 @@ mod tests {
             .to_string();
         assert!(e.contains("job cursor"), "{e}");
     }
+
+    /// A cursor of one shuffle mode resumes only a job of that mode, with
+    /// the same seed and sizes: each mode is another order.
+    #[test]
+    fn a_cursor_resumes_only_its_own_shuffle_mode() {
+        use crate::order::ShuffleMode;
+        let db = DatabaseIdentity {
+            entries: 50,
+            txnid: 3,
+            page_size: 4096,
+            digest: 0x5eed,
+        };
+        let base = Schedule::new(50, 3, 4, Partition::Strided, Tail::Wrap);
+        let shuffle = |mode| {
+            Some(
+                Shuffle {
+                    seed: 1,
+                    chunk: 5,
+                    window_chunks: 2,
+                    mode,
+                }
+                .normalized(),
+            )
+        };
+        for taken in ShuffleMode::ALL {
+            let mut c = job_cursor(3, 20, db).cursors[1];
+            c.shuffle = shuffle(taken);
+            c.epoch = 1;
+            for job in ShuffleMode::ALL {
+                let resumed = from_rank_cursor(&c, base, shuffle(job), db, 1);
+                assert_eq!(resumed.is_ok(), taken == job, "{taken:?} in a {job:?} job");
+            }
+        }
+    }
 }

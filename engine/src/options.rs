@@ -174,16 +174,17 @@ impl Default for EngineOptions {
 
 impl EngineOptions {
     /// The shuffle mode of a shuffled job: the one asked for; else, with a
-    /// node stage, the global shuffle, since only epoch 1 reads the
-    /// database file and later epochs read records from the local stage;
-    /// else the chunked shuffle, whose reads stay large when every epoch is
-    /// read from the database file (a global shuffle reads each record on
-    /// its own there; see docs/design/global-shuffle.md and
+    /// node stage, chunked in the first epoch and global after it, since
+    /// only the first epoch reads the database file (and fills the stage),
+    /// and later epochs read records from the local stage; else the
+    /// chunked shuffle, whose reads stay large when every epoch is read
+    /// from the database file (a global shuffle reads each record on its
+    /// own there; see docs/design/global-shuffle.md and
     /// docs/design/node-stage.md).
     pub fn shuffle_mode_in_use(&self) -> ShuffleMode {
         match (self.shuffle_mode, &self.stage) {
             (Some(mode), _) => mode,
-            (None, Some(_)) => ShuffleMode::Global,
+            (None, Some(_)) => ShuffleMode::GlobalAfterFirst,
             (None, None) => ShuffleMode::default(),
         }
     }

@@ -97,6 +97,9 @@ pub const LMDBIO_SHUFFLE_DEFAULT: c_int = 0;
 pub const LMDBIO_SHUFFLE_CHUNKED: c_int = 1;
 /// [`ShuffleMode::Global`]: a uniform permutation of all records per epoch.
 pub const LMDBIO_SHUFFLE_GLOBAL: c_int = 2;
+/// [`ShuffleMode::GlobalAfterFirst`]: the first epoch chunked, every later
+/// one global.
+pub const LMDBIO_SHUFFLE_GLOBAL_AFTER_FIRST: c_int = 3;
 
 /// Bytes of an encoded rank cursor ([`crate::cursor::CURSOR_BYTES`]).
 pub const LMDBIO_CURSOR_BYTES: usize = crate::cursor::CURSOR_BYTES;
@@ -461,6 +464,7 @@ fn shuffle_mode_from(mode: c_int) -> Result<Option<ShuffleMode>> {
         LMDBIO_SHUFFLE_DEFAULT => Ok(None),
         LMDBIO_SHUFFLE_CHUNKED => Ok(Some(ShuffleMode::Chunked)),
         LMDBIO_SHUFFLE_GLOBAL => Ok(Some(ShuffleMode::Global)),
+        LMDBIO_SHUFFLE_GLOBAL_AFTER_FIRST => Ok(Some(ShuffleMode::GlobalAfterFirst)),
         _ => Err(Error::InvalidArgument(format!(
             "unknown shuffle mode {mode}"
         ))),

@@ -59,14 +59,15 @@ class Reader:
         a world of one).
       epochs: stop after this many epochs (counted from the job's first,
         also when resuming); ``None``: never stop.
-      shuffle: shuffle every epoch (chunked, or global with a stage; see
-        docs/python.md); ``seed`` makes it repeatable, ``shuffle_chunk``
+      shuffle: shuffle every epoch (chunked, or with a stage chunked in
+        the first epoch and global after it; see docs/python.md); ``seed`` makes it repeatable, ``shuffle_chunk``
         sets records per chunk.
       shuffle_mode: ``"chunked"`` (the default when shuffling without a
-        stage) or ``"global"`` (the default with one; every epoch a
-        permutation of all records: each record is a read of its own
-        unless served from a stage); giving one shuffles, so
-        ``shuffle=False`` with it is an error.
+        stage), ``"global"`` (every epoch a permutation of all records:
+        each record is a read of its own unless served from a stage) or
+        ``"global-after-first"`` (the default with a stage: the first
+        epoch, which fills it, chunked, later ones global); giving one
+        shuffles, so ``shuffle=False`` with it is an error.
       partition: how an epoch is split among ranks: ``"contiguous"``
         (default), ``"round_robin"`` (batches dealt in turn) or
         ``"strided"`` (record i to rank i mod P, as Caffe does).

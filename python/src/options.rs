@@ -81,13 +81,11 @@ fn direct_io(name: &str) -> Result<DirectIo> {
 }
 
 pub fn shuffle_mode(name: &str) -> Result<ShuffleMode> {
-    match name {
-        "chunked" => Ok(ShuffleMode::Chunked),
-        "global" => Ok(ShuffleMode::Global),
-        _ => Err(Error::InvalidArgument(format!(
-            "unknown shuffle_mode {name:?} (chunked or global)"
-        ))),
-    }
+    ShuffleMode::from_name(name).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "unknown shuffle_mode {name:?} (chunked, global or global-after-first)"
+        ))
+    })
 }
 
 /// `value` as the option `name` wants it; a Python `TypeError` naming the

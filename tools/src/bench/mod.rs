@@ -27,8 +27,8 @@ pub enum Method {
     /// lmdbio's engine.
     Lmdbio,
     /// lmdbio's engine with every epoch shuffled (seed from --shuffle, else
-    /// 1; --shuffle-mode, else global with --stage, chunked without): to
-    /// compare with unshuffled reading in the same invocation.
+    /// 1; --shuffle-mode, else global-after-first with --stage, chunked
+    /// without): to compare with unshuffled reading in the same invocation.
     LmdbioShuffled,
     /// lmdbio's engine with every epoch globally shuffled (seed from
     /// --shuffle, else 1): a uniform permutation of all records.
@@ -204,9 +204,11 @@ pub struct Args {
     #[arg(long, value_name = "CHUNKS", default_value_t = 16)]
     shuffle_window: u64,
     /// How shuffled epochs are ordered: `chunked` (chunks of about 4 MiB
-    /// permuted, then interleaved within windows: reads stay large) or
+    /// permuted, then interleaved within windows: reads stay large),
     /// `global` (every epoch a uniform permutation of all records: each
-    /// record is a read of its own). Without --shuffle, the seed is 1.
+    /// record is a read of its own) or `global-after-first` (the first
+    /// epoch chunked, later ones global; the default with --stage).
+    /// Without --shuffle, the seed is 1.
     #[arg(long, value_enum, value_name = "MODE")]
     shuffle_mode: Option<ShuffleModeArg>,
     /// Stop after this many batches per rank (then --save-cursor).
@@ -293,6 +295,7 @@ enum DirectIoArg {
 enum ShuffleModeArg {
     Chunked,
     Global,
+    GlobalAfterFirst,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -536,6 +539,7 @@ pub(crate) fn engine_options(args: &Args) -> Result<EngineOptions, CommandError>
         shuffle_mode: args.shuffle_mode.map(|m| match m {
             ShuffleModeArg::Chunked => ShuffleMode::Chunked,
             ShuffleModeArg::Global => ShuffleMode::Global,
+            ShuffleModeArg::GlobalAfterFirst => ShuffleMode::GlobalAfterFirst,
         }),
         resume: None,
         resume_job: None,
