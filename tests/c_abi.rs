@@ -33,12 +33,24 @@ fn write_manifest(fx: &kit::Fixture, work: &Path) -> PathBuf {
 /// Runs a compiled C test program on `n` ranks against `fx` and its
 /// manifest; it must exit cleanly and print its "OK" line.
 fn assert_c_program_passes(exe: &Path, fx: &kit::Fixture, manifest: &Path, n: usize) {
+    assert_c_program_passes_with(exe, fx, manifest, n, &[]);
+}
+
+/// [`assert_c_program_passes`] with `more` arguments after the manifest,
+/// which the program's OK line repeats.
+fn assert_c_program_passes_with(
+    exe: &Path,
+    fx: &kit::Fixture,
+    manifest: &Path,
+    n: usize,
+    more: &[&str],
+) {
     let mut cmd = kit::mpiexec(n, exe);
-    cmd.arg(&fx.path).arg(manifest);
+    cmd.arg(&fx.path).arg(manifest).args(more);
     let out = kit::run_bounded(cmd);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("OK "),
+        out.status.success() && stdout.contains("OK ") && more.iter().all(|a| stdout.contains(a)),
         "{} on {n} ranks:\n{stdout}\n{}",
         fx.name,
         String::from_utf8_lossy(&out.stderr)
@@ -120,6 +132,9 @@ fn c_program_resumes_a_job_on_fewer_ranks_by_repartitioning() {
     for n in [2, 4] {
         assert_c_program_passes(&exe, &fx, &manifest, n);
     }
+    // Re-partitioned in the chunked epoch 0, then on into the global
+    // epoch 1.
+    assert_c_program_passes_with(&exe, &fx, &manifest, 3, &["global-after-first"]);
 }
 
 /// A database damaged while it is read (`tests/c/damaged_mid_job.c`):

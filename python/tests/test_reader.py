@@ -405,7 +405,7 @@ def test_global_shuffle_from_a_kept_stage_is_exact(workdir, layouts):
 
 def test_bad_shuffle_mode_raises(layouts):
     path = layouts["small"][0]
-    with pytest.raises(lmdbio.InvalidArgument, match="shuffle_mode"):
+    with pytest.raises(lmdbio.InvalidArgument, match="global-after-first"):
         lmdbio.Reader(path, 4, shuffle_mode="sideways")
     with pytest.raises(lmdbio.InvalidArgument, match="shuffle_mode"):
         lmdbio.Reader(path, 4, shuffle=False, shuffle_mode="global")

@@ -1,13 +1,15 @@
 /* Re-partitioning through the C ABI: a job on all P ranks reads part of
  * epoch 0 and saves its job cursor; a job on Q = max(1, P - 1) ranks
  * resumes from it with repartition on and reads to the end of epoch 1.
- * Epochs are globally shuffled. Every record must be delivered exactly
+ * Epochs are globally shuffled (MODE global-after-first: epoch 0 chunked,
+ * so the re-partitioned rest of it is too, and epoch 1 global). Every
+ * record must be delivered exactly
  * once per epoch across both jobs, and match the manifest (key hex,
  * length, FNV-1a 64 of the value).
  * Resuming on Q != P ranks without asking to re-partition must fail on
  * every rank of the new job.
  *
- * usage: mpiexec -n P repartition DB MANIFEST */
+ * usage: mpiexec -n P repartition DB MANIFEST [MODE] */
 #define _POSIX_C_SOURCE 200809L
 #include "manifest.h"
 
@@ -28,6 +30,9 @@ static uint64_t take(const lmdbio_batch *batch) {
 
 int main(int argc, char **argv) {
   int rank, size;
+  /* MODE is taken off before start_mpi checks for DB and MANIFEST. */
+  const int after_first = argc == 4 && strcmp(argv[3], "global-after-first") == 0;
+  if (after_first) argc = 3;
   start_mpi(&argc, &argv, "repartition", &rank, &size);
   manifest = load_manifest(argv[2], &records);
   seen = calloc(2 * records + 1, sizeof(int));
@@ -44,7 +49,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "shuffle mode 9 was accepted\n");
     MPI_Abort(MPI_COMM_WORLD, 11);
   }
-  CHECK(lmdbio_options_set_shuffle_mode(opts, LMDBIO_SHUFFLE_GLOBAL));
+  CHECK(lmdbio_options_set_shuffle_mode(opts, after_first ? LMDBIO_SHUFFLE_GLOBAL_AFTER_FIRST : LMDBIO_SHUFFLE_GLOBAL));
   CHECK(lmdbio_options_set_window_bytes(opts, 4 << 20));
   /* Collective reads; MPI_Init gives no MPI_THREAD_MULTIPLE, so each round
    * is read when it starts. */
@@ -106,7 +111,9 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 8);
     }
   }
-  if (rank == 0) printf("OK %zu records x 2 epochs, %d ranks then %d\n", records, size, q);
+  if (rank == 0)
+    printf("OK %zu records x 2 epochs, %d ranks then %d, %s\n", records, size, q,
+           after_first ? "global-after-first" : "global");
   MPI_Finalize();
   return 0;
 }
