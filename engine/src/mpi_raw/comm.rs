@@ -490,13 +490,31 @@ fn wait_politely(comm: RawComm, request: &mut ffi::MPI_Request, call: &'static s
 }
 
 /// [`wait_politely`] for several requests, done when all are.
-///
-/// Gives up past the timeout (see [`super::deadline`]), naming the ranks of
-/// `comm` that did not arrive.
 fn wait_all_politely(
     comm: RawComm,
     requests: &mut [ffi::MPI_Request],
     call: &'static str,
+) -> Result<()> {
+    wait_all(comm, requests, call, Pacing::Polite)
+}
+
+/// What a wait does between two tests of its requests.
+#[derive(Clone, Copy)]
+pub(super) enum Pacing {
+    /// Pauses that lengthen with the wait ([`wait_politely`]).
+    Polite,
+    /// Test again as soon as the thread's turn comes back (transfers that
+    /// move only while tested, see `p2p`).
+    Busy,
+}
+
+/// Completes `requests`, done when all are. Gives up past the timeout (see
+/// [`super::deadline`]), naming the ranks of `comm` that did not arrive.
+pub(super) fn wait_all(
+    comm: RawComm,
+    requests: &mut [ffi::MPI_Request],
+    call: &'static str,
+    pacing: Pacing,
 ) -> Result<()> {
     use std::time::{Duration, Instant};
     const FIRST_PAUSE: Duration = Duration::from_micros(20);
@@ -528,14 +546,19 @@ fn wait_all_politely(
         if super::deadline::expired(started) {
             return Err(timed_out(comm, call, started));
         }
-        std::thread::sleep(pause);
-        let cap = (started.elapsed() / 20).clamp(SHORT_PAUSE, LONGEST_PAUSE);
-        pause = (pause * 2).min(cap);
+        match pacing {
+            Pacing::Busy => std::thread::yield_now(),
+            Pacing::Polite => {
+                std::thread::sleep(pause);
+                let cap = (started.elapsed() / 20).clamp(SHORT_PAUSE, LONGEST_PAUSE);
+                pause = (pause * 2).min(cap);
+            }
+        }
     }
 }
 
 /// The error of a wait given up: which ranks of `comm` never arrived.
-pub(super) fn timed_out(comm: RawComm, call: &'static str, started: std::time::Instant) -> Error {
+fn timed_out(comm: RawComm, call: &'static str, started: std::time::Instant) -> Error {
     let missing = super::deadline::missing_ranks(comm);
     let waited = started.elapsed().as_secs_f64();
     let who = if missing.is_empty() {

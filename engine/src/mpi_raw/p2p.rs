@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use mpi::ffi;
 
-use super::comm::timed_out;
+use super::comm::{wait_all, Pacing};
 use super::{check, Comm};
 use lmdbio_core::error::{Error, Result};
 
@@ -181,39 +181,13 @@ impl Drop for Transfers<'_> {
 }
 
 /// Completes `requests`, testing them again as soon as the thread's turn
-/// comes back, past the timeout giving up as the collectives do (see
-/// [`super::deadline`]). Not the collectives' polite wait with its pauses:
-/// MPI moves a large message between processes of one machine only while
-/// both sides test it, a piece per test, so pauses of a millisecond held a
-/// round's transfer to a fraction of the memory's speed.
+/// comes back, past the timeout giving up as the collectives do. Not the
+/// collectives' polite wait with its pauses: MPI moves a large message
+/// between processes of one machine only while both sides test it, a piece
+/// per test, so pauses of a millisecond held a round's transfer to a
+/// fraction of the memory's speed.
 fn wait_all_busily(comm: ffi::MPI_Comm, requests: &mut [ffi::MPI_Request]) -> Result<()> {
-    let started = std::time::Instant::now();
-    loop {
-        let mut done: c_int = 0;
-        check(
-            // SAFETY: requests we started (or null ones); MPI_STATUSES_IGNORE
-            // is a valid statuses argument.
-            unsafe {
-                ffi::MPI_Testall(
-                    requests.len() as c_int,
-                    requests.as_mut_ptr(),
-                    &mut done,
-                    ffi::RSMPI_STATUSES_IGNORE,
-                )
-            },
-            "MPI_Testall",
-        )?;
-        if done != 0 {
-            return Ok(());
-        }
-        if super::deadline::answer_roll_calls(comm) {
-            super::deadline::give_up();
-        }
-        if super::deadline::expired(started) {
-            return Err(timed_out(comm, "exchange between nodes", started));
-        }
-        std::thread::yield_now();
-    }
+    wait_all(comm, requests, "exchange between nodes", Pacing::Busy)
 }
 
 /// A communicator whose point-to-point transfers run on helper threads.
