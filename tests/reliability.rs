@@ -606,38 +606,6 @@ fn ranks_that_disagree_all_fail_naming_the_difference() {
 // ---------------------------------------------------------------------------
 // Item 4: a stopped rank makes the others fail within the timeout.
 
-/// Pid of the process of MPI rank `rank` among the descendants of `root`.
-fn rank_pid(root: u32, rank: usize) -> Option<u32> {
-    let parent_of = |pid: u32| -> Option<u32> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|v| v.trim().parse().ok())
-    };
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let wanted = format!("PMI_RANK={rank}");
-        if !env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()) {
-            continue;
-        }
-        let mut at = pid;
-        for _ in 0..4 {
-            match parent_of(at) {
-                Some(p) if p == root => return Some(pid),
-                Some(p) if p > 1 => at = p,
-                _ => break,
-            }
-        }
-    }
-    None
-}
-
 #[test]
 fn a_stopped_rank_makes_the_others_fail_within_the_timeout() {
     let fx = kit::caffe_style(2000, 2000, 31);
@@ -667,7 +635,7 @@ fn a_stopped_rank_makes_the_others_fail_within_the_timeout() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let pid = loop {
-            if let Some(pid) = rank_pid(child.id(), stopped) {
+            if let Some(pid) = kit::rank_pid(child.id(), stopped) {
                 break pid;
             }
             assert!(

@@ -683,3 +683,87 @@ fn epoch_one_reads_only_the_nodes_share_and_nostage_ignores_a_stage() {
     assert_epochs_exact(&staged, &oracle, 2, "lmdbio from the kept stage");
     assert!(staged.f("stage_bytes_read_per_node") > 0.0);
 }
+
+/// The reader of one node stops (SIGSTOP) or dies (SIGKILL) while the
+/// nodes exchange blocks every round: the other node's reader, waiting
+/// for its transfers or the round's agreement, fails within the timeout
+/// naming it (or the launcher ends the job on the death), never a hang.
+#[test]
+fn a_peer_stopped_or_killed_while_nodes_exchange_ends_the_job() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let fx = database(317);
+    let stage = kit::TempDir::new().unwrap();
+    let dir = stage.path().to_str().unwrap();
+    let budget = share_of_blocks(2);
+    let keep = stage_args(dir, &["--stage-budget", &budget, "--keep-stage"]);
+    // Kept and partitioned: from the next job's first round on, each node
+    // asks the other for the runs of the other's blocks.
+    let warm_up = bench(&fx.path, 2, 1, &keep);
+    assert!(per_epoch(&warm_up, "remote_bytes_received_per_node")[2] > 0.0);
+    // One rank a node, and two: there the stopped reader's node mate
+    // waits for it too, and the readers' ranks are not the world's.
+    let cases = [(2usize, 1usize, 1usize), (4, 2, 2)];
+    for ((n, k, victim), signal) in cases.into_iter().flat_map(|c| [(c, "STOP"), (c, "KILL")]) {
+        let what = format!("-n {n}, {k} per node, SIG{signal} to rank {victim}");
+        let scratch = kit::TempDir::new().unwrap();
+        let log = scratch.path().join("stdout");
+        let mut cmd = kit::mpiexec(n, &kit::lmdbio_binary(env!("CARGO_BIN_EXE_lmdbio")));
+        cmd.env("LMDBIO_TIMEOUT", "3")
+            .arg("bench")
+            .args(["--ranks-per-node", &k.to_string(), "--batch", "7"])
+            .args(["--window", "4000000", "--epochs", "100000"])
+            .args(["--stage", dir, "--stage-budget", &budget, "--keep-stage"])
+            .arg(&fx.path)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        let root = child.id();
+        let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+        let started = Instant::now();
+        let limit = Duration::from_secs(kit::load_scaled(60));
+        // Rank 0 reports the set-up before its run; a second later both
+        // readers are well into the exchanging rounds.
+        while !std::fs::read_to_string(&log).unwrap().contains("set-up") {
+            assert!(!waiter.is_finished(), "{what}: the job ended early");
+            assert!(started.elapsed() < limit, "{what}: the job did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let pid = kit::rank_pid(root, victim).expect("the rank's pid");
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(!waiter.is_finished(), "{what}: the job ended early");
+        assert!(std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let signalled = Instant::now();
+        let out = waiter.join().unwrap();
+        let took = signalled.elapsed();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &std::fs::read_to_string(&log).unwrap();
+        eprintln!(
+            "{what}: the job ended {:.1} s after ({}); last lines:\n{}",
+            took.as_secs_f64(),
+            out.status,
+            err.lines().rev().take(6).collect::<Vec<_>>().join("\n")
+        );
+        assert_ne!(out.status.code(), Some(124), "{what}: hung:\n{err}");
+        assert!(!out.status.success(), "{what}: {err}");
+        // The timeout (3 s), the roll call's grace (1 s) and the
+        // launcher's teardown, with room for a loaded machine.
+        assert!(took < Duration::from_secs(30), "{what}: took {took:?}");
+        // Readers name the rank of the readers' communicator, node mates
+        // their node's reader.
+        let timed_out = err.contains("timed out after")
+            && (err.contains("did not arrive") || err.contains("a reader, did not deliver"));
+        let launcher = err.contains("SIGNAL: 9") || err.contains("signal 9");
+        match signal {
+            "STOP" => assert!(timed_out, "{what}: {err}"),
+            _ => assert!(timed_out || launcher, "{what}: {err}"),
+        }
+    }
+}

@@ -636,3 +636,43 @@ pub fn run_bounded(mut cmd: Command) -> std::process::Output {
     );
     out
 }
+
+/// Pid of the process of MPI rank `rank` (MPICH's `PMI_RANK`, Open MPI's
+/// `OMPI_COMM_WORLD_RANK`) among the descendants of `root` (the launcher,
+/// or the `timeout` around it).
+pub fn rank_pid(root: u32, rank: usize) -> Option<u32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let wanted = [
+            format!("PMI_RANK={rank}"),
+            format!("OMPI_COMM_WORLD_RANK={rank}"),
+        ];
+        if !env
+            .split(|&b| b == 0)
+            .any(|v| wanted.iter().any(|w| v == w.as_bytes()))
+        {
+            continue;
+        }
+        let mut at = pid;
+        for _ in 0..4 {
+            match parent_of(at) {
+                Some(p) if p == root => return Some(pid),
+                Some(p) if p > 1 => at = p,
+                _ => break,
+            }
+        }
+    }
+    None
+}
