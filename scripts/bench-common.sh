@@ -37,3 +37,21 @@ bench_launcher() {
       ;;
   esac
 }
+
+# bench_prepare [OUTDIR]: what every sweep does before its first run. Sets
+# `lmdbio` to $LMDBIO (default target/release/lmdbio, built if missing),
+# makes OUTDIR if given, and suspends the kernel's free page reporting for the
+# script's life where it can (`page_reporting_state` says what it did; see
+# scripts/page-reporting.sh). Interrupts end the script with status 130
+# unless the caller sets its own trap afterwards.
+bench_prepare() {
+  lmdbio=${LMDBIO:-target/release/lmdbio}
+  if [ ! -x "$lmdbio" ]; then
+    MPICC=${MPICC:-mpicc.mpich} cargo build --release -q -p lmdbio-tools
+  fi
+  if [ -n "${1:-}" ]; then mkdir -p "$1"; fi
+  # shellcheck source=scripts/page-reporting.sh
+  . scripts/page-reporting.sh
+  suspend_page_reporting
+  trap 'exit 130' INT TERM
+}

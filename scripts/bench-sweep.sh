@@ -28,17 +28,9 @@ ranks=${RANKS:-1 2 4 8}
 per_node=${PER_NODE:-1 2}
 methods=${METHODS:-raw raw-node lmdb-skip lmdb-walk lmdbio lmdbio-shuffled}
 bench_args=${BENCH_ARGS:---batch 64 --cold --drop-all-caches --repeat ${REPEAT:-3}}
-lmdbio=${LMDBIO:-target/release/lmdbio}
 
 bench_need_db "$db"
-if [ ! -x "$lmdbio" ]; then
-  MPICC=${MPICC:-mpicc.mpich} cargo build --release -q -p lmdbio-tools
-fi
-mkdir -p "$out"
-# shellcheck source=scripts/page-reporting.sh
-. scripts/page-reporting.sh
-suspend_page_reporting
-trap 'exit 130' INT TERM
+bench_prepare "$out"
 
 method_args=()
 for m in $methods; do method_args+=(--method "$m"); done

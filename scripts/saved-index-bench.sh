@@ -5,19 +5,22 @@
 # batch times and their ratio (docs/design/saved-index.md).
 #
 #   scripts/saved-index-bench.sh DB P K [REPEAT]
-set -euo pipefail
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh"
 if [ $# -lt 3 ]; then
   echo "usage: $0 DB P K [REPEAT]" >&2
   exit 2
 fi
 db=$1 p=$2 k=$3 repeat=${4:-7}
-lmdbio=${LMDBIO:-target/release/lmdbio}
-mpiexec=${MPIEXEC:-mpiexec.mpich}
+bench_need_db "$db"
+bench_prepare ""
+bench_launcher
+echo "$page_reporting_state"
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
-"$mpiexec" -n "$p" "$lmdbio" bench --ranks-per-node "$k" --method lmdbio "$db" >/dev/null
+"${launcher[@]}" -n "$p" "$lmdbio" bench --ranks-per-node "$k" --method lmdbio "$db" >/dev/null
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$mpiexec" -n "$p" "$lmdbio" bench --ranks-per-node "$k" --cold --repeat "$repeat" \
+"${launcher[@]}" -n "$p" "$lmdbio" bench --ranks-per-node "$k" --cold --repeat "$repeat" \
   --method lmdbio --method lmdbio-scan --json "$json" "$db" >/dev/null
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$json" <<'PY'

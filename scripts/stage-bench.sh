@@ -24,18 +24,11 @@
 bench_usage 2 "DB OUTDIR" "$@"
 db=$1
 out=$2
-lmdbio=${LMDBIO:-target/release/lmdbio}
 stage=${STAGE_DIR:-/var/tmp/lmdbio-stage-bench}
 parts=${PARTS:-full part epoch1}
 common=(--batch 64 --cold --drop-all-caches --stage "$stage")
 bench_need_db "$db"
-if [ ! -x "$lmdbio" ]; then
-  MPICC=${MPICC:-mpicc.mpich} cargo build --release -q -p lmdbio-tools
-fi
-mkdir -p "$out"
-# shellcheck source=scripts/page-reporting.sh
-. scripts/page-reporting.sh
-suspend_page_reporting
+bench_prepare "$out"
 trap 'rm -rf "$stage"; exit 130' INT TERM
 bench_launcher
 data=$db

@@ -447,6 +447,11 @@ fn per_epoch(ran: &Ran, key: &str) -> Vec<f64> {
         .collect()
 }
 
+/// `key` of every epoch of `ran`, summed.
+fn total(ran: &Ran, key: &str) -> f64 {
+    per_epoch(ran, key).iter().sum()
+}
+
 #[test]
 fn a_partitioned_stage_serves_other_nodes_blocks_over_mpi() {
     let fx = database(312);
@@ -593,10 +598,10 @@ fn a_cursor_taken_while_nodes_exchange_resumes_exactly() {
     want.sort();
     assert!(joined == want, "the resumed job differs");
     for ran in [&head, &rest] {
-        let remote: f64 = per_epoch(ran, "remote_bytes_received_per_node")
-            .iter()
-            .sum();
-        assert!(remote > 0.0, "nothing received");
+        assert!(
+            total(ran, "remote_bytes_received_per_node") > 0.0,
+            "nothing received"
+        );
     }
 }
 
@@ -618,7 +623,7 @@ fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
         // first epoch, and at most the rest of the blocks it is home to
         // (the others come from their homes); alone, every node fills its
         // stage from the file, as far as its filler gets.
-        let job = |r: &Ran| nodes * per_epoch(r, "db_bytes_read_per_node").iter().sum::<f64>();
+        let job = |r: &Ran| nodes * total(r, "db_bytes_read_per_node");
         // Slack for runs read from the file while a home block was not whole
         // yet (a loaded machine), and for epoch 2 reading what no stage
         // holds yet, as the filler waits for it (docs/design/node-stage.md).
@@ -629,10 +634,10 @@ fn a_replicated_stage_reads_the_file_about_once_per_job_not_once_per_node() {
             job(&shared),
             job(&alone)
         );
-        let remote: f64 = per_epoch(&shared, "remote_bytes_received_per_node")
-            .iter()
-            .sum();
-        assert!(remote > 0.0, "{what}");
+        assert!(
+            total(&shared, "remote_bytes_received_per_node") > 0.0,
+            "{what}"
+        );
     }
 }
 
