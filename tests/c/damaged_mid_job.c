@@ -1,15 +1,23 @@
-/* A database damaged while a job reads it: after the first step, rank 0
- * either overwrites an overflow page's flags (the engine sees it when the
- * record's value arrives) or truncates the data file (the node readers'
- * reads past the new end fail). Every rank must get an error with the same
- * code, every record delivered before must match the manifest, and closing
- * must still work on every rank. With collective reads every rank fails at
- * the same step. With independent reads a rank that cannot serve a step
- * fails there and the others where the ranks next meet, at the next
- * round's start: within one round's steps (prefetch) of the first.
+/* A database damaged while a job reads it: rank 0 either overwrites an
+ * overflow page's flags (the engine sees it when the record's value
+ * arrives) or truncates the data file (the node readers' reads past the new
+ * end fail). Every rank must get an error with the same code, every record
+ * delivered before must match the manifest, and closing must still work on
+ * every rank. With collective reads every rank fails at the same step. With
+ * independent reads a rank that cannot serve a step fails there and the
+ * others where the ranks next meet, at the next round's start: within one
+ * round's steps (prefetch) of the first.
  * Prints "FAILED_AT FIRST_STEP LAST_STEP CODE" on rank 0.
  *
- * usage: mpiexec -n P damaged_mid_job DB MANIFEST damage|truncate OFFSET
+ * When: "damage" and "truncate" after every rank's step 0, "truncate-late"
+ * after every rank's step 1, "truncate-racing" as soon as rank 0's own
+ * step 0 is in, while other nodes may still be reading theirs. The program
+ * meets the others (MPI_Barrier) around the damage only when every rank has
+ * its step in hand: with independent reads a rank whose step fails waits
+ * for the others' next engine call, so a collective of the program's own
+ * that such a rank does not reach would never end.
+ *
+ * usage: mpiexec -n P damaged_mid_job DB MANIFEST MODE OFFSET
  *            RANKS_PER_NODE READERS_PER_NODE COLLECTIVE */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
@@ -24,11 +32,16 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc != 8) {
     if (rank == 0)
-      fprintf(stderr, "usage: %s DB MANIFEST damage|truncate OFFSET K READERS COLLECTIVE\n",
+      fprintf(stderr,
+              "usage: %s DB MANIFEST damage|truncate|truncate-late|truncate-racing OFFSET K "
+              "READERS COLLECTIVE\n",
               argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *mode = argv[3];
+  int damage = strcmp(mode, "damage") == 0;
+  int racing = strcmp(mode, "truncate-racing") == 0;
+  uint64_t damage_after = strcmp(mode, "truncate-late") == 0 ? 1 : 0;
   long long offset = atoll(argv[4]);
   size_t n;
   entry *manifest = load_manifest(argv[2], &n);
@@ -68,11 +81,14 @@ int main(int argc, char **argv) {
       break;
     }
     for (size_t i = 0; i < batch.count; i++) check_record(manifest, n, &batch.records[i]);
-    if (step == 0) {
+    if (step == damage_after) {
+      /* Every rank has its step in hand before the file changes, unless
+       * racing (see above). */
+      if (!racing) MPI_Barrier(MPI_COMM_WORLD);
       if (rank == 0) {
         int fd = open(data, O_WRONLY);
         if (fd < 0) MPI_Abort(MPI_COMM_WORLD, 4);
-        if (strcmp(mode, "damage") == 0) {
+        if (damage) {
           /* mp_flags of the page header: a leaf, not an overflow page. */
           unsigned char leaf[2] = {0x02, 0x00};
           if (pwrite(fd, leaf, 2, (off_t)offset + 10) != 2) MPI_Abort(MPI_COMM_WORLD, 4);
@@ -81,7 +97,7 @@ int main(int argc, char **argv) {
         }
         close(fd);
       }
-      MPI_Barrier(MPI_COMM_WORLD);
+      if (!racing) MPI_Barrier(MPI_COMM_WORLD);
     }
   }
   /* Every rank failed, with the same code, within a round of the first. */
