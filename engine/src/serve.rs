@@ -55,6 +55,16 @@ impl Engine {
             .is_some_and(|r| t < r.first_step + r.steps);
         if !loaded {
             self.load_round(t)?;
+        } else if self.pending.is_none() && !self.options.collective {
+            // The job's first round starts the read after it only once its
+            // first step was handed over, so that step neither shares the
+            // storage nor waits for the next round's agreement and plan
+            // (later rounds start the next read as they begin: load_round;
+            // see docs/design/inline-records.md, "First batch").
+            let next = self.round.as_ref().map_or(t, |r| r.first_step + r.steps);
+            if self.reads_ahead_to(next) {
+                self.pending = Some(self.start_round(next)?);
+            }
         }
         let agreed = self.round.as_ref().is_some_and(|r| t < r.agreed_end);
         let delivered = if agreed {
@@ -76,16 +86,6 @@ impl Engine {
         self.counters.bytes_delivered += delivered.bytes;
         self.count_step_by_epoch();
         self.step += 1;
-        // The job's first round starts the read after it once its first
-        // step is served, so that step does not share the storage (later
-        // rounds start the next read as they begin: load_round).
-        let next = self
-            .round
-            .as_ref()
-            .map_or(t + 1, |r| r.first_step + r.steps);
-        if self.pending.is_none() && !self.options.collective && self.reads_ahead_to(next) {
-            self.pending = Some(self.start_round(next)?);
-        }
         if self.options.step_limit == Some(self.step) {
             // The job's last step: no round starts after it, so the ranks
             // meet here, and a failure anywhere in the last round reaches
