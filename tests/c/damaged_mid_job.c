@@ -10,8 +10,10 @@
  * Prints "FAILED_AT FIRST_STEP LAST_STEP CODE" on rank 0.
  *
  * When: "damage" and "truncate" after every rank's step 0, "truncate-late"
- * after every rank's step 1, "truncate-racing" as soon as rank 0's own
- * step 0 is in, while other nodes may still be reading theirs. The program
+ * after every rank's step 1, "truncate-first" before step 0 (its reads
+ * start after the cut: some nodes fail step 0, the others serve it),
+ * "truncate-racing" as soon as rank 0's own step 0 is in, while other
+ * nodes may still be reading theirs. The program
  * meets the others (MPI_Barrier) around the damage only when every rank has
  * its step in hand: with independent reads a rank whose step fails waits
  * for the others' next engine call, so a collective of the program's own
@@ -33,15 +35,18 @@ int main(int argc, char **argv) {
   if (argc != 8) {
     if (rank == 0)
       fprintf(stderr,
-              "usage: %s DB MANIFEST damage|truncate|truncate-late|truncate-racing OFFSET K "
-              "READERS COLLECTIVE\n",
+              "usage: %s DB MANIFEST damage|truncate|truncate-late|truncate-first|truncate-racing "
+              "OFFSET K READERS COLLECTIVE\n",
               argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *mode = argv[3];
   int damage = strcmp(mode, "damage") == 0;
   int racing = strcmp(mode, "truncate-racing") == 0;
-  uint64_t damage_after = strcmp(mode, "truncate-late") == 0 ? 1 : 0;
+  /* The step before which the file changes. */
+  uint64_t damage_at = strcmp(mode, "truncate-late") == 0    ? 2
+                       : strcmp(mode, "truncate-first") == 0 ? 0
+                                                             : 1;
   long long offset = atoll(argv[4]);
   size_t n;
   entry *manifest = load_manifest(argv[2], &n);
@@ -67,23 +72,9 @@ int main(int argc, char **argv) {
   long long failed_at = -1;
   int code = LMDBIO_OK;
   for (uint64_t step = 0; step < steps; step++) {
-    lmdbio_batch batch;
-    int rc = lmdbio_next_batch(engine, &batch);
-    if (rc != LMDBIO_OK) {
-      failed_at = (long long)step;
-      code = rc;
-      if (strlen(lmdbio_last_error()) == 0) {
-        fprintf(stderr, "rank %d: error %d without a message\n", rank, rc);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-      if (rank == 0) fprintf(stderr, "rank 0 at step %llu: %s\n", (unsigned long long)step,
-                             lmdbio_last_error());
-      break;
-    }
-    for (size_t i = 0; i < batch.count; i++) check_record(manifest, n, &batch.records[i]);
-    if (step == damage_after) {
-      /* Every rank has its step in hand before the file changes, unless
-       * racing (see above). */
+    if (step == damage_at) {
+      /* Every rank has its steps before in hand before the file changes,
+       * unless racing (see above). */
       if (!racing) MPI_Barrier(MPI_COMM_WORLD);
       if (rank == 0) {
         int fd = open(data, O_WRONLY);
@@ -99,6 +90,20 @@ int main(int argc, char **argv) {
       }
       if (!racing) MPI_Barrier(MPI_COMM_WORLD);
     }
+    lmdbio_batch batch;
+    int rc = lmdbio_next_batch(engine, &batch);
+    if (rc != LMDBIO_OK) {
+      failed_at = (long long)step;
+      code = rc;
+      if (strlen(lmdbio_last_error()) == 0) {
+        fprintf(stderr, "rank %d: error %d without a message\n", rank, rc);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      if (rank == 0) fprintf(stderr, "rank 0 at step %llu: %s\n", (unsigned long long)step,
+                             lmdbio_last_error());
+      break;
+    }
+    for (size_t i = 0; i < batch.count; i++) check_record(manifest, n, &batch.records[i]);
   }
   /* Every rank failed, with the same code, within a round of the first. */
   long long mine[2] = {failed_at, code}, lo[2], hi[2];
