@@ -435,3 +435,63 @@ fn a_tree_written_with_a_custom_comparator_is_refused() {
         assert!(stderr.contains("out of order"), "-n {n}: {stderr}");
     }
 }
+
+/// With the default order (contiguous blocks, no shuffle) each node
+/// decodes only the parts of the saved index between restart points that
+/// hold its ranks' records; jobs deliver liblmdb's records all the same,
+/// shuffled or interleaved ones (which decode everything) too. Damage in
+/// a part only the last node decodes, or a header whose value bytes the
+/// parts do not add up to (every checksum good), is refused on every
+/// node: all scan, none hangs.
+#[test]
+fn nodes_decode_their_share_and_any_share_refused_refuses_all() {
+    let restart = lmdbio::index::saved::RESTART as usize;
+    let fx = kit::inline_only(3 * restart + 500, 171);
+    let oracle = oracle_lines(&fx);
+    expect(&fx, &oracle, (1, 1), false);
+    for shape in [(4, 1), (4, 2), (3, 1), (2, 1)] {
+        expect(&fx, &oracle, shape, true);
+    }
+    for order in [&["--shuffle", "5"][..], &["--partition", "strided"]] {
+        expect_with(&fx, &oracle, (4, 1), true, order);
+    }
+    let keyed = run(&fx, 4, 1, &[]);
+    expect_keyless(&fx, &keyed, (4, 1), true, &[]);
+    let sorted_values = |lines: &[String]| {
+        let mut v = values_only(lines);
+        v.sort();
+        v
+    };
+    let values = sorted_values(&keyed.lines);
+
+    let saved = beside(&fx);
+    let whole = std::fs::read(&saved).unwrap();
+    let word =
+        |b: &[u8], i: usize| u64::from_le_bytes(b[16 + 8 * i..24 + 8 * i].try_into().unwrap());
+    // Header words: 11 of identity, then records, key bytes, entries'
+    // length, value bytes; its checksum in its last 8 bytes.
+    assert_eq!(word(&whole, 11), (3 * restart + 500) as u64);
+    let entries_len = word(&whole, 13) as usize;
+    let mut last_part = whole.clone();
+    // The entries' last byte is the last part's: only the fourth of four
+    // one-rank nodes holds records there.
+    last_part[192 + entries_len - 1] ^= 1;
+    let mut sizes_off = whole.clone();
+    let value_bytes = word(&whole, 14) + 1;
+    sizes_off[16 + 8 * 14..24 + 8 * 14].copy_from_slice(&value_bytes.to_le_bytes());
+    let sum = lmdbio::index::saved::checksum(&sizes_off[..184]);
+    sizes_off[184..192].copy_from_slice(&sum.to_le_bytes());
+    for (what, bytes) in [("last part damaged", last_part), ("sizes off", sizes_off)] {
+        for shape in [(4, 1), (4, 2), (1, 1)] {
+            std::fs::write(&saved, &bytes).unwrap();
+            let ran = run(&fx, shape.0, shape.1, &["--no-keys"]);
+            assert!(
+                sorted_values(&ran.lines) == values,
+                "{what}, {shape:?}: differs from liblmdb"
+            );
+            assert_eq!(ran.loaded_nodes, 0, "{what}, {shape:?}: loaded");
+        }
+    }
+    std::fs::write(&saved, &whole).unwrap();
+    expect(&fx, &oracle, (4, 1), true);
+}

@@ -47,6 +47,7 @@ pub mod limits;
 mod lock_file;
 pub mod mpi_raw;
 mod node_memory;
+mod node_share;
 mod node_stage;
 mod open;
 mod options;

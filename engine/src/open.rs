@@ -10,6 +10,7 @@ use crate::counters::Counters;
 use crate::data_file::DataFile;
 use crate::mpi_raw::{Comm, RawComm, ThreadLevel};
 use crate::node_memory::{self, NodeMemory};
+use crate::node_share::NodeShare;
 use crate::options::{check_options, window_size, EngineOptions};
 use crate::round::progress_words;
 use crate::topology::{self, NodeTopology};
@@ -349,7 +350,17 @@ impl Engine {
         let place = topology
             .masters
             .as_ref()
-            .and_then(|_| crate::saved_index::Place::of(path, options));
+            .and_then(|_| crate::saved_index::Place::of(path, options))
+            .map(|p| {
+                let masters_here = topology.machine_readers.div_ceil(options.readers_per_node);
+                let ranks = topology.world().size() as u64;
+                p.for_node(NodeShare::of(
+                    options,
+                    ranks,
+                    &topology.members,
+                    masters_here,
+                ))
+            });
         let scan_started = std::time::Instant::now();
         let budget = inline_pages::scan_budget(
             options.inline_pages_bytes,

@@ -9,10 +9,11 @@ use std::thread::JoinHandle;
 
 use crate::data_file::{DataFile, DataSource};
 use crate::mpi_raw::Comm;
+use crate::node_share::NodeShare;
 use crate::options::EngineOptions;
 use lmdbio_core::database::{data_file_path, Database, Tree};
 use lmdbio_core::error::Result;
-use lmdbio_core::index::saved::{self, SavedIdentity, SavedIndex};
+use lmdbio_core::index::saved::{self, SavedIdentity, SavedIndex, Summary};
 use lmdbio_core::index::RecordEntry;
 
 const ENTRY: usize = std::mem::size_of::<RecordEntry>();
@@ -30,6 +31,8 @@ pub const SUFFIX: &str = "lmdbio-index";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     candidates: Vec<PathBuf>,
+    /// What of the index a loading node decodes.
+    share: NodeShare,
 }
 
 impl Place {
@@ -44,6 +47,7 @@ impl Place {
         let Ok(data) = data_file_path(path) else {
             return Some(Place {
                 candidates: Vec::new(),
+                share: NodeShare::default(),
             });
         };
         let tree = match &options.subdb {
@@ -59,7 +63,16 @@ impl Place {
             let id = saved::checksum(full.as_os_str().as_encoded_bytes());
             candidates.push(dir.join(format!("{id:016x}-{file_name}{tree}.{SUFFIX}")));
         }
-        Some(Place { candidates })
+        Some(Place {
+            candidates,
+            share: NodeShare::default(),
+        })
+    }
+
+    /// The same places, for a node that decodes only `share` of an index
+    /// it loads.
+    pub(crate) fn for_node(self, share: NodeShare) -> Place {
+        Place { share, ..self }
     }
 
     /// The files tried, in order.
@@ -129,15 +142,20 @@ pub(crate) enum Decoded {
 }
 
 /// What a master found, for the others: loaded, how many entries and
-/// key bytes, the state's txnid and digest, and its plan granule.
-const WORDS: usize = 6;
+/// key bytes, the state's txnid and digest, the header's value bytes and
+/// largest span, whether it decoded a bounded share, its plan granule,
+/// and the records, value bytes and largest span of the parts it counts
+/// (see [`NodeShare::counts`]).
+const WORDS: usize = 12;
 
 /// On the masters: each loads the saved index of the tree it opened, with
-/// the keys if `keys`, and decodes it into `area` (the node's window from
-/// the index's place on, empty without a window) when it fits. `Some` when
-/// every master loaded one of the same database state, else `None` on
-/// every master (the caller scans). A collective call among the masters
-/// unless `place` is `None`, which it is on every rank alike.
+/// the keys if `keys`, and decodes it (or its node's share of it, see
+/// [`NodeShare`]) into `area` (the node's window from the index's place
+/// on, empty without a window) when it fits. `Some` when every master
+/// loaded one of the same database state and the parts decoded add up to
+/// its header's sizes, else `None` on every master (the caller scans). A
+/// collective call among the masters unless `place` is `None`, which it
+/// is on every rank alike.
 pub(crate) fn load_on_masters<'f>(
     masters: &Comm,
     file: Option<&'f DataFile>,
@@ -150,34 +168,60 @@ pub(crate) fn load_on_masters<'f>(
     };
     let mine = file.and_then(|f| load_here(f, subdb, place, keys, area));
     let words = match &mine {
-        Some(l) => [
-            1,
-            l.index.summary().records as i64,
-            l.index.summary().key_bytes as i64,
-            l.db.meta().mm_txnid as i64,
-            l.db.identity_digest(&l.tree) as i64,
-            l.granule as i64,
-        ],
+        Some((l, counted)) => {
+            let s = l.index.summary();
+            [
+                1,
+                s.records as i64,
+                s.key_bytes as i64,
+                l.db.meta().mm_txnid as i64,
+                l.db.identity_digest(&l.tree) as i64,
+                s.value_bytes as i64,
+                s.largest_span as i64,
+                i64::from(place.share.bounded()),
+                l.granule as i64,
+                counted.records as i64,
+                counted.value_bytes as i64,
+                counted.largest_span as i64,
+            ]
+        }
         None => [0; WORDS],
     };
     let all = masters.allgather_i64(&words)?;
-    let agreed = all
+    let same = all
         .chunks(WORDS)
-        .all(|w| w[0] == 1 && w[1..5] == words[1..5]);
-    let granule = all.chunks(WORDS).map(|w| w[5]).max().unwrap_or(1);
-    Ok(mine.filter(|_| agreed).map(|l| Loaded {
+        .all(|w| w[0] == 1 && w[1..8] == words[1..8]);
+    // A bounded share's parts were decoded on the nodes wanting them: the
+    // index is whole when the parts counted add up to the header's sizes
+    // (each master decoding everything checked that itself).
+    let counted = all.chunks(WORDS).fold(Summary::default(), |a, w| {
+        a.and(Summary {
+            records: w[9] as u64,
+            key_bytes: 0,
+            value_bytes: w[10] as u64,
+            largest_span: w[11] as u64,
+        })
+    });
+    let whole = words[7] == 0
+        || mine
+            .as_ref()
+            .is_some_and(|(l, _)| l.index.check_totals(counted).is_ok());
+    let granule = all.chunks(WORDS).map(|w| w[8]).max().unwrap_or(1);
+    Ok(mine.filter(|_| same && whole).map(|(l, _)| Loaded {
         granule: granule as u64,
         ..l
     }))
 }
 
+/// Loads and decodes the saved index on one master: what it loaded, and
+/// the sizes of the parts it counts (see [`NodeShare::counts`]).
 fn load_here<'f>(
     file: &'f DataFile,
     subdb: Option<&str>,
     place: &Place,
     keys: bool,
     area: &mut [u8],
-) -> Option<Loaded<'f>> {
+) -> Option<(Loaded<'f>, Summary)> {
     // The saved index's whole file is asked for at once, while the meta
     // and root pages are read: read cold, its header and then its body
     // came in one readahead window after another.
@@ -191,24 +235,33 @@ fn load_here<'f>(
     let granule = file.plan_granule(u64::from(db.page_size())).ok()?;
     let tree = db.tree(subdb).ok()?;
     let id = identity(&db, &tree, mtime);
-    let (index, decoded) = place.candidates.iter().find_map(|path| {
+    let (index, decoded, counted) = place.candidates.iter().find_map(|path| {
         // The header, then (without keys) only what comes before the keys.
         let index = SavedIndex::read(path, &id, keys).ok()?;
-        let decoded = decode(&index, keys, area, id.file_len)?;
-        Some((index, decoded))
+        let (decoded, counted) = decode(&index, keys, area, id.file_len, &place.share)?;
+        Some((index, decoded, counted))
     })?;
-    Some(Loaded {
+    let loaded = Loaded {
         db,
         tree,
         index,
         decoded,
         granule,
-    })
+    };
+    Some((loaded, counted))
 }
 
-/// Decodes `index` (checking every part of it) into `area` when it fits,
-/// else into private memory; `None` if it is refused.
-fn decode(index: &SavedIndex, keys: bool, area: &mut [u8], file_len: u64) -> Option<Decoded> {
+/// Decodes `share` of `index` (checking each part decoded, and with every
+/// part the header's sizes) into `area` when it fits, else into private
+/// memory; `None` if it is refused. Also returns the sizes of the parts
+/// this node counts for a bounded share.
+fn decode(
+    index: &SavedIndex,
+    keys: bool,
+    area: &mut [u8],
+    file_len: u64,
+    share: &NodeShare,
+) -> Option<(Decoded, Summary)> {
     let s = index.summary();
     let entry_bytes = usize::try_from(s.records).ok()?.checked_mul(ENTRY)?;
     let key_bytes = if keys {
@@ -227,11 +280,33 @@ fn decode(index: &SavedIndex, keys: bool, area: &mut [u8], file_len: u64) -> Opt
     };
     let (entries, key_area) = out.split_at_mut(entry_bytes);
     let key_area = Some(key_area).filter(|_| keys);
-    index.decode_into(entries, key_area, file_len).ok()?;
-    Some(match decoded {
+    let records = s.records;
+    let wanted: Vec<bool> = index.parts().map(|p| share.wants(records, &p)).collect();
+    let parts = index
+        .decode_parts_into(entries, key_area, file_len, &wanted, share.threads())
+        .ok()?;
+    let mut counted = Summary::default();
+    for (part, found) in index.parts().zip(&parts) {
+        let counts = if share.bounded() {
+            share.counts(records, part.start)
+        } else {
+            true
+        };
+        match (counts, found) {
+            (false, _) => {}
+            (true, Some(found)) => counted = counted.and(*found),
+            // A part counted here that was not decoded: never served.
+            (true, None) => return None,
+        }
+    }
+    if !share.bounded() {
+        index.check_totals(counted).ok()?;
+    }
+    let decoded = match decoded {
         Decoded::InPlace => Decoded::InPlace,
         Decoded::Held(_) => Decoded::Held(held),
-    })
+    };
+    Some((decoded, counted))
 }
 
 /// Writers still running, joined when an engine is dropped so a job's

@@ -206,6 +206,19 @@ pub struct Summary {
     pub largest_span: u64,
 }
 
+impl Summary {
+    /// The sizes of two sets of records together (their key bytes not
+    /// counted: a decode counts no keys).
+    pub fn and(self, other: Summary) -> Summary {
+        Summary {
+            records: self.records + other.records,
+            key_bytes: 0,
+            value_bytes: self.value_bytes + other.value_bytes,
+            largest_span: self.largest_span.max(other.largest_span),
+        }
+    }
+}
+
 /// A saved index read, its header, identity, length and restart table
 /// checked; its entries (and keys, if read) are checked as they are
 /// decoded ([`SavedIndex::decode_into`]).
@@ -406,9 +419,41 @@ impl SavedIndex {
         keys: Option<&mut [u8]>,
         file_len: u64,
     ) -> Result<(), Refusal> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let every = vec![true; self.chunks.len()];
+        let parts = self.decode_parts_into(entries, keys, file_len, &every, threads)?;
+        self.check_totals(
+            parts
+                .into_iter()
+                .flatten()
+                .fold(Summary::default(), Summary::and),
+        )
+    }
+
+    /// The records of each part between restart points, in order: the
+    /// unit [`Self::decode_parts_into`] decodes and checks.
+    pub fn parts(&self) -> impl ExactSizeIterator<Item = std::ops::Range<u64>> + '_ {
+        self.chunks.iter().map(|c| c.first..c.first + c.records)
+    }
+
+    /// As [`Self::decode_into`], but only the parts `wanted` names (by
+    /// their place in [`Self::parts`]), on up to `threads` threads: the
+    /// other parts' places in `entries` and `keys` are left as they were.
+    /// Returns the sizes of each part decoded (`None` for the others),
+    /// whose sum over every part, wherever each was decoded, is for
+    /// [`Self::check_totals`]: the header's sizes are not checked here.
+    pub fn decode_parts_into(
+        &self,
+        entries: &mut [u8],
+        keys: Option<&mut [u8]>,
+        file_len: u64,
+        wanted: &[bool],
+        threads: usize,
+    ) -> Result<Vec<Option<Summary>>, Refusal> {
         let s = self.summary;
         if entries.len() as u64 != s.records * ENTRY_LEN as u64
             || keys.as_ref().is_some_and(|k| k.len() as u64 != s.key_bytes)
+            || wanted.len() != self.chunks.len()
         {
             return Err(Refusal::Length {
                 expected: s.records * ENTRY_LEN as u64,
@@ -420,9 +465,10 @@ impl SavedIndex {
         }
         let mut keys_left = keys;
         let mut work = Vec::with_capacity(self.chunks.len());
-        for (c, out) in self
+        for ((i, c), out) in self
             .chunks
             .iter()
+            .enumerate()
             .zip(entries.chunks_mut(RESTART as usize * ENTRY_LEN))
         {
             let mine = match keys_left.take() {
@@ -433,56 +479,76 @@ impl SavedIndex {
                 }
                 None => None,
             };
-            work.push((c, out, mine));
+            if wanted[i] {
+                work.push((i, c, out, mine));
+            }
         }
-        let parts = in_parallel(work, |(c, out, mut keys)| {
-            if checksum(&self.bytes[c.entries.clone()]) != c.entries_sum {
-                return Err(Refusal::Checksum("entries"));
-            }
-            if keys.is_some() && checksum(&self.bytes[c.keys.clone()]) != c.keys_sum {
-                return Err(Refusal::Checksum("keys"));
-            }
-            if keys.is_none() {
-                return self.entries_only(c, file_len, out);
-            }
-            let mut out = out.chunks_exact_mut(ENTRY_LEN);
-            let mut found = Summary::default();
-            self.walk(c, file_len, |e, shared, suffix, prev| {
-                found.records += 1;
-                found.value_bytes += u64::from(e.value_len);
-                found.largest_span = found.largest_span.max(e.span().1);
-                if let Some(chunk) = out.next() {
-                    let mut b = [0u8; ENTRY_LEN];
-                    b[..8].copy_from_slice(&e.key_start.to_le_bytes());
-                    b[8..16].copy_from_slice(&e.value_offset.to_le_bytes());
-                    b[16..20].copy_from_slice(&e.value_len.to_le_bytes());
-                    b[20..22].copy_from_slice(&e.key_len.to_le_bytes());
-                    b[22..24].copy_from_slice(&e.flags.to_le_bytes());
-                    chunk.copy_from_slice(&b);
-                }
-                if let Some(k) = keys.as_deref_mut() {
-                    // The shared prefix is the previous key's first bytes
-                    // (walk checked it is that long); both relative to the
-                    // chunk's first key.
-                    let at = (e.key_start - c.key_start) as usize;
-                    k.copy_within(prev..prev + shared, at);
-                    k[at + shared..at + e.key_len as usize].copy_from_slice(suffix);
-                }
-            })?;
-            Ok(found)
+        let decoded = in_parallel(work, threads, |(i, c, out, keys)| {
+            self.decode_part(c, out, keys, file_len)
+                .map(|found| (i, found))
         })?;
-        let found = parts.iter().fold(Summary::default(), |a, p| Summary {
-            records: a.records + p.records,
-            value_bytes: a.value_bytes + p.value_bytes,
-            largest_span: a.largest_span.max(p.largest_span),
-            ..a
-        });
+        let mut parts = vec![None; self.chunks.len()];
+        for (i, found) in decoded {
+            parts[i] = Some(found);
+        }
+        Ok(parts)
+    }
+
+    /// Refuses the index unless `found`, the sizes of every part decoded,
+    /// are the header's.
+    pub fn check_totals(&self, found: Summary) -> Result<(), Refusal> {
+        let s = self.summary;
         if (found.records, found.value_bytes, found.largest_span)
             != (s.records, s.value_bytes, s.largest_span)
         {
             return Err(Refusal::Entry(s.records));
         }
         Ok(())
+    }
+
+    /// Decodes chunk `c` into `out` (its entries) and `keys` (its keys, if
+    /// asked for), checking its checksums first.
+    fn decode_part(
+        &self,
+        c: &Chunk,
+        out: &mut [u8],
+        mut keys: Option<&mut [u8]>,
+        file_len: u64,
+    ) -> Result<Summary, Refusal> {
+        if checksum(&self.bytes[c.entries.clone()]) != c.entries_sum {
+            return Err(Refusal::Checksum("entries"));
+        }
+        if keys.is_some() && checksum(&self.bytes[c.keys.clone()]) != c.keys_sum {
+            return Err(Refusal::Checksum("keys"));
+        }
+        if keys.is_none() {
+            return self.entries_only(c, file_len, out);
+        }
+        let mut out = out.chunks_exact_mut(ENTRY_LEN);
+        let mut found = Summary::default();
+        self.walk(c, file_len, |e, shared, suffix, prev| {
+            found.records += 1;
+            found.value_bytes += u64::from(e.value_len);
+            found.largest_span = found.largest_span.max(e.span().1);
+            if let Some(chunk) = out.next() {
+                let mut b = [0u8; ENTRY_LEN];
+                b[..8].copy_from_slice(&e.key_start.to_le_bytes());
+                b[8..16].copy_from_slice(&e.value_offset.to_le_bytes());
+                b[16..20].copy_from_slice(&e.value_len.to_le_bytes());
+                b[20..22].copy_from_slice(&e.key_len.to_le_bytes());
+                b[22..24].copy_from_slice(&e.flags.to_le_bytes());
+                chunk.copy_from_slice(&b);
+            }
+            if let Some(k) = keys.as_deref_mut() {
+                // The shared prefix is the previous key's first bytes
+                // (walk checked it is that long); both relative to the
+                // chunk's first key.
+                let at = (e.key_start - c.key_start) as usize;
+                k.copy_within(prev..prev + shared, at);
+                k[at + shared..at + e.key_len as usize].copy_from_slice(suffix);
+            }
+        })?;
+        Ok(found)
     }
 
     /// Decodes chunk `c`'s entries into `out` without keys, checking them
@@ -723,15 +789,14 @@ fn chunks(table: &[u8], header: &Header, table_end: usize) -> Result<Vec<Chunk>,
     Ok(chunks)
 }
 
-/// Runs `f` on every item, on up to one thread per core, and returns its
+/// Runs `f` on every item, on up to `threads` threads, and returns its
 /// results in order; the first failure in item order wins.
 fn in_parallel<T: Send, R: Send>(
     items: Vec<T>,
+    threads: usize,
     f: impl Fn(T) -> Result<R, Refusal> + Sync,
 ) -> Result<Vec<R>, Refusal> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(items.len());
+    let threads = threads.min(items.len());
     if threads <= 1 {
         return items.into_iter().map(f).collect();
     }
@@ -1092,6 +1157,94 @@ mod tests {
         assert_eq!(load(&out, &id, true).unwrap_err(), Refusal::NoKeys);
         let back = load(&out, &id, false).unwrap();
         assert!(back.entries == entries && back.keys.is_empty());
+    }
+
+    #[test]
+    fn parts_decode_alone_and_add_up_to_the_whole() {
+        let id = sample().0;
+        let mut entries: Vec<RecordEntry> = (0..2 * RESTART + 7)
+            .map(|i| RecordEntry {
+                key_start: 8 * i,
+                value_offset: 4096 * (2 + i / 30) + 16 + (i % 30) * 120,
+                value_len: 100 + (i % 3) as u32,
+                key_len: 8,
+                flags: 0,
+            })
+            .collect();
+        // The largest span in the last part only.
+        entries.last_mut().unwrap().value_len = 4000;
+        let keys: Vec<u8> = (0..entries.len())
+            .flat_map(|i| format!("{i:08}").into_bytes())
+            .collect();
+        let id = SavedIdentity {
+            entries: entries.len() as u64,
+            file_len: 1 << 31,
+            ..id
+        };
+        let bytes = file(&id, &entries, &keys);
+        let whole = SavedIndex::open(bytes.clone(), &id, true).unwrap();
+        let parts: Vec<_> = whole.parts().collect();
+        assert_eq!(
+            parts,
+            [
+                0..RESTART,
+                RESTART..2 * RESTART,
+                2 * RESTART..2 * RESTART + 7
+            ]
+        );
+        let mut want = vec![0u8; entries.len() * 24];
+        whole.decode_into(&mut want, None, id.file_len).unwrap();
+        for threads in [1, 2, 3] {
+            for keyed in [false, true] {
+                let index = SavedIndex::open(bytes.clone(), &id, keyed).unwrap();
+                let mut out = vec![0xa5u8; entries.len() * 24];
+                let mut key_out = vec![0xa5u8; keys.len()];
+                let key_area = Some(&mut key_out[..]).filter(|_| keyed);
+                let wanted = [false, true, true];
+                let found = index
+                    .decode_parts_into(&mut out, key_area, id.file_len, &wanted, threads)
+                    .unwrap();
+                assert!(found[0].is_none());
+                let (one, two) = (found[1].unwrap(), found[2].unwrap());
+                assert_eq!((one.records, two.records), (RESTART, 7));
+                assert_eq!(two.largest_span, 4000);
+                // Parts not wanted are left as they were.
+                let first = RESTART as usize * 24;
+                assert!(out[..first].iter().all(|&b| b == 0xa5));
+                assert_eq!(out[first..], want[first..]);
+                if keyed {
+                    let k = RESTART as usize * 8;
+                    assert!(key_out[..k].iter().all(|&b| b == 0xa5));
+                    assert_eq!(key_out[k..], keys[k..]);
+                }
+                // The parts' sizes add up to the header's only with every
+                // part in.
+                let some = one.and(two);
+                assert_eq!(index.check_totals(some), Err(Refusal::Entry(id.entries)));
+                let rest = index
+                    .decode_parts_into(&mut out, None, id.file_len, &[true, false, false], threads)
+                    .unwrap();
+                assert!(index.check_totals(some.and(rest[0].unwrap())).is_ok());
+            }
+        }
+        // Damage in a part decoded is refused; in a part left out, not seen.
+        let mut damaged = bytes.clone();
+        let last_entry_byte = whole.chunks[2].entries.end - 1;
+        damaged[last_entry_byte] ^= 1;
+        let index = SavedIndex::open(damaged, &id, false).unwrap();
+        let mut out = vec![0u8; entries.len() * 24];
+        assert_eq!(
+            index.decode_parts_into(&mut out, None, id.file_len, &[false, false, true], 2),
+            Err(Refusal::Checksum("entries"))
+        );
+        assert!(index
+            .decode_parts_into(&mut out, None, id.file_len, &[true, true, false], 2)
+            .is_ok());
+        assert!(index.decode_into(&mut out, None, id.file_len).is_err());
+        // A wrong number of wanted flags is refused, not guessed.
+        assert!(index
+            .decode_parts_into(&mut out, None, id.file_len, &[true], 2)
+            .is_err());
     }
 
     #[test]
