@@ -98,25 +98,31 @@ impl ReadPlan {
         options: CoalesceOptions,
         granule: u64,
     ) -> ReadPlan {
-        let granule = granule.max(1);
-        let widen = |(offset, len): (u64, u64)| {
-            let start = offset - offset % granule;
-            let end = (offset + len).div_ceil(granule) * granule;
-            (start, end)
-        };
-        let mut order: Vec<usize> = (0..spans.len()).collect();
-        order.sort_unstable_by_key(|&i| spans[i].0);
-        let mut plan = ReadPlan {
-            runs: Vec::new(),
-            placements: vec![
-                Placement {
-                    buf_offset: 0,
-                    len: 0
-                };
-                spans.len()
-            ],
-            buffer_len: 0,
-        };
+        let mut plan = ReadPlan::default();
+        plan.replan_aligned(spans, options, granule);
+        plan
+    }
+
+    /// Makes this plan [`ReadPlan::for_spans_aligned`]'s for `spans`,
+    /// reusing its lists' memory: a caller planning round after round
+    /// would otherwise fault in fresh pages for every plan.
+    pub fn replan_aligned(&mut self, spans: &[(u64, u64)], options: CoalesceOptions, granule: u64) {
+        // A mask, not a division per span: the granule is a power of two.
+        debug_assert!(granule.max(1).is_power_of_two(), "granule {granule}");
+        let low = granule.max(1) - 1;
+        let widen = |(offset, len): (u64, u64)| (offset & !low, (offset + len + low) & !low);
+        let order = file_order(spans);
+        let plan = self;
+        plan.runs.clear();
+        plan.placements.clear();
+        plan.placements.resize(
+            spans.len(),
+            Placement {
+                buf_offset: 0,
+                len: 0,
+            },
+        );
+        plan.buffer_len = 0;
         let mut current: Option<ReadRun> = None;
         for i in order {
             let (offset, len) = spans[i];
@@ -162,8 +168,55 @@ impl ReadPlan {
             plan.buffer_len += done.len;
             plan.runs.push(done);
         }
-        plan
     }
+}
+
+/// The indices of `spans` by file offset (spans at one offset in any
+/// order).
+fn file_order(spans: &[(u64, u64)]) -> Vec<usize> {
+    by_stretches(spans).unwrap_or_else(|| {
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        order.sort_unstable_by_key(|&i| spans[i].0);
+        order
+    })
+}
+
+/// [`file_order`] where it costs a fraction of sorting every span, else
+/// `None`. A round's spans in key order are, but for the pages' order in
+/// the file, stretches of falling offsets: LMDB lays a leaf page's values
+/// out from the page's end, and a database written in several
+/// transactions reuses freed pages, so its leaves are not in file order.
+/// A stretch ends where offsets rise or leave a block of the smallest
+/// page size, so a stretch is (part of) one page. When the stretches do
+/// not overlap in the file, sorting them and taking each backwards puts
+/// every span in order.
+fn by_stretches(spans: &[(u64, u64)]) -> Option<Vec<usize>> {
+    const BLOCK_BITS: u32 = 12;
+    let at = |i: usize| spans[i].0;
+    let falls_within_block =
+        |i: usize| at(i) <= at(i - 1) && at(i) >> BLOCK_BITS == at(i - 1) >> BLOCK_BITS;
+    // (lowest offset, first index, end) of each stretch.
+    let mut stretches: Vec<(u64, usize, usize)> = Vec::new();
+    let mut start = 0;
+    while start < spans.len() {
+        let mut end = start + 1;
+        while end < spans.len() && falls_within_block(end) {
+            end += 1;
+        }
+        stretches.push((at(end - 1), start, end));
+        start = end;
+    }
+    stretches.sort_unstable_by_key(|&(low, _, _)| low);
+    let mut order = Vec::with_capacity(spans.len());
+    let mut high = 0u64;
+    for &(low, start, end) in &stretches {
+        if low < high {
+            return None;
+        }
+        order.extend((start..end).rev());
+        high = at(start);
+    }
+    Some(order)
 }
 
 fn fits(run: &ReadRun, start: u64, end: u64, options: CoalesceOptions) -> bool {
@@ -246,6 +299,102 @@ mod tests {
         }
         assert_eq!(plan.runs[last].file_offset, 2000);
         assert_every_span_in_place(&plan, &spans);
+    }
+
+    /// The plan as it was made before `file_order`: every span sorted.
+    fn plan_by_sorting(spans: &[(u64, u64)], opts: CoalesceOptions, granule: u64) -> ReadPlan {
+        let mut sorted: Vec<usize> = (0..spans.len()).collect();
+        sorted.sort_by_key(|&i| spans[i].0);
+        let in_order: Vec<(u64, u64)> = sorted.iter().map(|&i| spans[i]).collect();
+        let plan = ReadPlan::for_spans_aligned(&in_order, opts, granule);
+        let mut placements = plan.placements.clone();
+        for (k, &i) in sorted.iter().enumerate() {
+            placements[i] = plan.placements[k];
+        }
+        ReadPlan { placements, ..plan }
+    }
+
+    #[test]
+    fn spans_in_leaf_page_order_are_ordered_without_a_sort_and_plan_as_sorted() {
+        // Values of rising keys fall within each page (LMDB fills a leaf
+        // page from its end) and rise from page to page.
+        let page = 4096u64;
+        let leaf = |pages: std::ops::Range<u64>, per_page: u64| -> Vec<(u64, u64)> {
+            pages
+                .flat_map(|p| (0..per_page).map(move |j| (p * page + page - (j + 1) * 120, 100)))
+                .collect()
+        };
+        // Leaves out of file order, as a database written in several
+        // transactions has them, and a round that starts and ends
+        // mid-page, with a one-value page.
+        let mut spans = leaf(3..10, 30);
+        spans.extend(leaf(14..17, 30));
+        spans.extend(leaf(11..13, 30));
+        spans.extend(leaf(30..40, 30));
+        spans.extend(leaf(20..22, 30));
+        spans.drain(..7);
+        spans.truncate(spans.len() - 11);
+        spans.push((41 * page + 500, 100));
+        spans.extend(leaf(42..45, 30));
+        let order = by_stretches(&spans).expect("leaves need no sort");
+        assert!(order.windows(2).all(|w| spans[w[0]].0 <= spans[w[1]].0));
+        assert_eq!(order.len(), spans.len());
+        let opts = CoalesceOptions {
+            target: 16 << 10,
+            max_gap: 1 << 10,
+        };
+        for granule in [1, 4096] {
+            let plan = ReadPlan::for_spans_aligned(&spans, opts, granule);
+            assert_eq!(plan, plan_by_sorting(&spans, opts, granule));
+            assert!(plan.runs.len() > 2);
+        }
+    }
+
+    #[test]
+    fn spans_in_any_order_are_put_in_file_order_and_plan_as_before() {
+        // Two ranks' blocks of a node, pages out of place and spans in
+        // rising order take the stretches; stretches that overlap in the
+        // file are sorted.
+        let page = 4096u64;
+        let desc = |p: u64| (0..20u64).map(move |j| (p * page + page - (j + 1) * 150, 120));
+        let two_blocks: Vec<(u64, u64)> =
+            (0..10).flat_map(|s| desc(s).chain(desc(100 + s))).collect();
+        let swapped: Vec<(u64, u64)> = [5, 4, 6, 7].into_iter().flat_map(desc).collect();
+        let rising: Vec<(u64, u64)> = (0..500).map(|i| (i * 130, 120)).collect();
+        let interleaved_pages: Vec<(u64, u64)> =
+            desc(3).zip(desc(4)).flat_map(|(a, b)| [a, b]).collect();
+        // Two falling sets of spans in one page, taken in turn.
+        let interleaved_in_page: Vec<(u64, u64)> = (0..10u64)
+            .flat_map(|j| {
+                let a = 3 * page + 3000 - j * 200;
+                [(a, 100), (a + 150, 40)]
+            })
+            .collect();
+        let overlapping = vec![(100, 50), (90, 50), (90, 10), (300, 5), (200, 200), (10, 5)];
+        let opts = CoalesceOptions {
+            target: 8 << 10,
+            max_gap: 512,
+        };
+        let cases = [
+            (two_blocks, true),
+            (swapped, true),
+            (rising, true),
+            (interleaved_pages, true),
+            (interleaved_in_page, false),
+            (overlapping, false),
+        ];
+        for (spans, in_stretches) in cases {
+            assert_eq!(by_stretches(&spans).is_some(), in_stretches);
+            let order = file_order(&spans);
+            let mut seen = order.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..spans.len()).collect::<Vec<_>>());
+            assert!(order.windows(2).all(|w| spans[w[0]].0 <= spans[w[1]].0));
+            for granule in [1, 512] {
+                let plan = ReadPlan::for_spans_aligned(&spans, opts, granule);
+                assert_eq!(plan, plan_by_sorting(&spans, opts, granule));
+            }
+        }
     }
 
     /// Every span lands, whole, in a run at the place its bytes have in
