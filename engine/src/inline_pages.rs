@@ -136,9 +136,16 @@ pub(crate) struct KeptLookup<'m> {
 
 impl<'m> KeptLookup<'m> {
     pub(crate) fn new(memory: &'m NodeMemory) -> Self {
+        let kept = memory.kept_space();
         KeptLookup {
             memory,
-            psize: memory.kept_space().page_size as u64,
+            // No page kept (a saved index): a page size of 0 finds none
+            // without working out each record's page.
+            psize: if kept.pages == 0 {
+                0
+            } else {
+                kept.page_size as u64
+            },
             last: None,
         }
     }

@@ -151,6 +151,8 @@ pub struct Engine {
     /// call (see `serve_from_own_node`). The same on every rank that has
     /// not failed: agreements fall on the same steps everywhere.
     owes_agreement: Cell<bool>,
+    /// The last round's planning lists, for the next round to refill.
+    spare_lists: Cell<round::RoundLists>,
     /// On readers: the check that the snapshot read is still intact.
     snapshot: Option<Arc<snapshot::SnapshotCheck>>,
     /// On node readers with a stage: the exchange with the other nodes'

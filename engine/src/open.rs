@@ -319,6 +319,7 @@ impl Engine {
             round_steps: opened.round_steps,
             failed: None,
             owes_agreement: Cell::new(false),
+            spare_lists: Cell::default(),
             snapshot: opened.snapshot,
             exchange,
         })

@@ -44,9 +44,18 @@ pub(crate) struct PlannedRound {
     pub(crate) plan: ReadPlan,
 }
 
-/// A round's records: the spans to read, who owns each record, where the
-/// kept ones lie (see `Engine::round_spans`).
-type RoundSpans = (Vec<(u64, u64)>, Vec<SpanOwner>, Vec<Option<(u64, u64)>>);
+/// The lists planning a round fills: the spans to read, who owns each
+/// record, where the kept ones lie (see `Engine::round_spans`), and the
+/// plan. The engine keeps the last round's for the next to refill: lists
+/// made anew for every round of small records faulted in fresh memory
+/// each time, which cost more than filling them.
+#[derive(Default)]
+pub(crate) struct RoundLists {
+    spans: Vec<(u64, u64)>,
+    owners: Vec<SpanOwner>,
+    kept: Vec<Option<(u64, u64)>>,
+    plan: ReadPlan,
+}
 
 /// A round: its records placed in the window and its reads started (or
 /// done). Its steps are served as their own bytes come in (see
@@ -59,9 +68,15 @@ pub(crate) struct Round {
     pub(crate) tag: u32,
     /// Which of the window's areas (and progress words) it uses.
     pub(crate) area: usize,
-    /// Window offset and length of each record's span, by (step offset,
-    /// node member), in schedule order.
-    pub(crate) placements: Vec<Vec<Vec<(u64, u64)>>>,
+    /// Window offset and length of each record's span, in schedule order
+    /// (by step offset, then node member): one list for the round, cut by
+    /// `place_starts`, rather than one allocation per step and member.
+    pub(crate) placements: Vec<(u64, u64)>,
+    /// Where each (step offset, node member)'s placements start, in that
+    /// order, and the end of the last.
+    pub(crate) place_starts: Vec<usize>,
+    /// Node members, the stride of `place_starts`.
+    pub(crate) members: usize,
     /// For each of the node's readers and each step: how many of the
     /// reader's runs must be in before the step is served.
     pub(crate) needs: Vec<Vec<usize>>,
@@ -79,6 +94,12 @@ pub(crate) struct Round {
 }
 
 impl Round {
+    /// Node member `member`'s placements at step `t` of this round.
+    pub(crate) fn places(&self, t: u64, member: usize) -> &[(u64, u64)] {
+        let at = (t - self.first_step) as usize * self.members + member;
+        &self.placements[self.place_starts[at]..self.place_starts[at + 1]]
+    }
+
     /// How many runs each reader must have complete before step `t` (of
     /// this round) is served.
     pub(crate) fn needs_of(&self, t: u64) -> Vec<usize> {
@@ -105,8 +126,18 @@ pub(crate) struct MyReads {
 fn run_epochs(plan: &ReadPlan, span_epochs: &[u64], mine: std::ops::Range<usize>) -> Vec<u64> {
     let runs = &plan.runs[mine];
     let mut epoch_of = vec![u64::MAX; runs.len()];
+    let mut near = 0;
     for (p, &epoch) in plan.placements.iter().zip(span_epochs) {
-        let k = runs.partition_point(|r| r.buf_offset + r.len <= p.buf_offset);
+        // The run found for the span before first: spans mostly follow
+        // one another in the buffer.
+        let holds =
+            |r: &ReadRun| r.buf_offset <= p.buf_offset && p.buf_offset - r.buf_offset < r.len;
+        let k = if runs.get(near).is_some_and(holds) {
+            near
+        } else {
+            runs.partition_point(|r| r.buf_offset + r.len <= p.buf_offset)
+        };
+        near = k;
         if let Some(e) = epoch_of
             .get_mut(k)
             .filter(|_| runs[k].buf_offset <= p.buf_offset)
@@ -205,15 +236,32 @@ impl Engine {
         self.round_planner().reads_ahead_to(next)
     }
 
-    /// Every node member's records for steps `[first, first+k)`: who owns
-    /// each (`(step offset, member)`), where each lies if it is served
-    /// from a kept leaf page, and the spans of the others, to read.
-    pub(crate) fn round_spans(&self, first: u64, k: u64) -> RoundSpans {
+    /// Every node member's records for steps `[first, first+k)`, written
+    /// over `lists`: who owns each (`(step offset, member)`), where each
+    /// lies if it is served from a kept leaf page, and the spans of the
+    /// others, to read.
+    pub(crate) fn round_spans(&self, first: u64, k: u64, lists: &mut RoundLists) {
         let memory = &held(&self.parts).memory;
         let entries = memory.entries();
-        let mut spans = Vec::new();
-        let mut owners = Vec::new();
-        let mut kept = Vec::new();
+        let RoundLists {
+            spans,
+            owners,
+            kept,
+            plan: _,
+        } = lists;
+        spans.clear();
+        owners.clear();
+        kept.clear();
+        // At most a full batch per step and member: sized once, these
+        // lists are not copied as they grow (a hint, bounded for batches
+        // of absurd sizes).
+        let most = (k as usize)
+            .saturating_mul(held(&self.parts).topology.members.len())
+            .saturating_mul(self.schedule.base().batch as usize)
+            .min(1 << 24);
+        spans.reserve(most);
+        owners.reserve(most);
+        kept.reserve(most);
         let mut lookup = inline_pages::KeptLookup::new(memory);
         for s in 0..k {
             for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
@@ -238,14 +286,23 @@ impl Engine {
                 );
             }
         }
-        (spans, owners, kept)
     }
 
     /// Spans and plan of the round of `k` steps starting at `first`.
     pub(crate) fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
-        let (spans, owners, kept) = self.round_spans(first, k);
-        let mut plan =
-            ReadPlan::for_spans_aligned(&spans, self.options.coalesce, self.plan_granule);
+        let mut lists = self.spare_lists.take();
+        self.round_spans(first, k, &mut lists);
+        let RoundLists {
+            spans,
+            owners,
+            kept,
+            mut plan,
+        } = lists;
+        plan.replan_aligned(&spans, self.options.coalesce, self.plan_granule);
+        self.spare_lists.set(RoundLists {
+            spans,
+            ..RoundLists::default()
+        });
         if self.options.stage.is_some() {
             // A run in one block comes from one node (see `exchange`).
             plan = crate::exchange::split_at_blocks(plan);
@@ -385,7 +442,8 @@ impl Engine {
             mut order,
             needs,
         } = ReadSchedule::new(&plan, &span_steps, k as usize, readers);
-        let mut placements = vec![vec![Vec::new(); members]; k as usize];
+        let mut placements = Vec::with_capacity(owners.len());
+        let mut place_starts = vec![0; k as usize * members + 1];
         let mut planned = plan.placements.iter();
         for (o, in_page) in owners.iter().zip(&kept) {
             let place = match (in_page, in_page.is_none().then(|| planned.next())) {
@@ -393,7 +451,13 @@ impl Engine {
                 (None, Some(Some(p))) => (base + p.buf_offset, p.len),
                 _ => return Err(Error::Internal("a round's plan lacks a record".into())),
             };
-            placements[o.step][o.member].push(place);
+            placements.push(place);
+            place_starts[o.step * members + o.member + 1] += 1;
+        }
+        let mut sum = 0;
+        for start in &mut place_starts {
+            sum += *start;
+            *start = sum;
         }
         let mut round = Round {
             first_step: first,
@@ -401,6 +465,8 @@ impl Engine {
             tag,
             area,
             placements,
+            place_starts,
+            members,
             needs,
             agreed_end: first,
             checked_end: first,
@@ -433,6 +499,13 @@ impl Engine {
                 round.error = Some(e);
             }
         }
+        let spans = self.spare_lists.take().spans;
+        self.spare_lists.set(RoundLists {
+            spans,
+            owners,
+            kept,
+            plan,
+        });
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
         Ok(round)
     }

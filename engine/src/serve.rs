@@ -110,11 +110,19 @@ impl Engine {
             return;
         }
         let share = seconds / self.batch.len() as f64;
-        for r in &self.batch {
-            let e = crate::counters::epoch_entry(list, r.epoch);
-            e.records += 1;
-            e.bytes_delivered += r.value.1 as u64;
-            e.seconds += share;
+        // A batch's records are of one epoch or two: one entry per run of
+        // records of one epoch, not per record.
+        let mut records = self.batch.iter().peekable();
+        while let Some(first) = records.next() {
+            let (mut n, mut bytes) = (1u64, first.value.1 as u64);
+            while let Some(r) = records.next_if(|r| r.epoch == first.epoch) {
+                n += 1;
+                bytes += r.value.1 as u64;
+            }
+            let e = crate::counters::epoch_entry(list, first.epoch);
+            e.records += n;
+            e.bytes_delivered += bytes;
+            e.seconds += share * n as f64;
         }
     }
 
@@ -283,8 +291,7 @@ impl Engine {
     pub(crate) fn own_records(&self, t: u64, batch: &mut Vec<BatchRecord>) -> PlacedBatch {
         let round = self.round.as_ref().expect("round loaded before placing");
         let me = held(&self.parts).topology.node.rank();
-        let offset = (t - round.first_step) as usize;
-        let places = &round.placements[offset][me];
+        let places = round.places(t, me);
         batch.clear();
         let entries = held(&self.parts).memory.entries();
         let mut n = 0;

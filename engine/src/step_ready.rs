@@ -21,7 +21,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lmdbio_core::plan::ReadPlan;
+use lmdbio_core::plan::{ReadPlan, ReadRun};
 
 const FAILED: u64 = 1 << 31;
 /// Where the tag's low four bits sit in the low half.
@@ -72,17 +72,17 @@ impl ReadSchedule {
     ) -> ReadSchedule {
         let readers = readers.max(1);
         let groups = reader_groups(plan, readers);
-        let run_of = |buf_offset: u64| {
-            plan.runs
-                .partition_point(|r| r.buf_offset <= buf_offset)
-                .saturating_sub(1)
-        };
         // The first step that needs each run.
         let mut first_need = vec![usize::MAX; plan.runs.len()];
+        let mut near = 0;
         let span_runs: Vec<Range<usize>> = plan
             .placements
             .iter()
-            .map(|p| run_of(p.buf_offset)..run_of(p.buf_offset + p.len.max(1) - 1) + 1)
+            .map(|p| {
+                let first = run_holding(&plan.runs, p.buf_offset, near);
+                near = run_holding(&plan.runs, p.buf_offset + p.len.max(1) - 1, first);
+                first..near + 1
+            })
             .collect();
         for (runs, &step) in span_runs.iter().zip(span_steps) {
             for r in runs.clone() {
@@ -113,6 +113,20 @@ impl ReadSchedule {
             order,
             needs,
         }
+    }
+}
+
+/// The run of `runs` (packed back to back in the buffer) holding byte
+/// `buf_offset` of it (the last run for bytes past the end). Tries run
+/// `near` first: a round's spans mostly follow one another in the
+/// buffer, and a search per span cost more than the rest of the
+/// schedule.
+pub(super) fn run_holding(runs: &[ReadRun], buf_offset: u64, near: usize) -> usize {
+    match runs.get(near) {
+        Some(r) if r.buf_offset <= buf_offset && buf_offset - r.buf_offset < r.len => near,
+        _ => runs
+            .partition_point(|r| r.buf_offset <= buf_offset)
+            .saturating_sub(1),
     }
 }
 
