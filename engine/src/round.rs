@@ -55,6 +55,8 @@ pub(crate) struct RoundLists {
     owners: Vec<SpanOwner>,
     kept: Vec<Option<(u64, u64)>>,
     plan: ReadPlan,
+    /// A retired round's placements (see `Round::placements`).
+    placements: Vec<(u64, u64)>,
 }
 
 /// A round: its records placed in the window and its reads started (or
@@ -247,7 +249,7 @@ impl Engine {
             spans,
             owners,
             kept,
-            plan: _,
+            ..
         } = lists;
         spans.clear();
         owners.clear();
@@ -292,17 +294,11 @@ impl Engine {
     pub(crate) fn plan_round(&self, first: u64, k: u64) -> PlannedRound {
         let mut lists = self.spare_lists.take();
         self.round_spans(first, k, &mut lists);
-        let RoundLists {
-            spans,
-            owners,
-            kept,
-            mut plan,
-        } = lists;
-        plan.replan_aligned(&spans, self.options.coalesce, self.plan_granule);
-        self.spare_lists.set(RoundLists {
-            spans,
-            ..RoundLists::default()
-        });
+        let mut plan = std::mem::take(&mut lists.plan);
+        plan.replan_aligned(&lists.spans, self.options.coalesce, self.plan_granule);
+        let owners = std::mem::take(&mut lists.owners);
+        let kept = std::mem::take(&mut lists.kept);
+        self.spare_lists.set(lists);
         if self.options.stage.is_some() {
             // A run in one block comes from one node (see `exchange`).
             plan = crate::exchange::split_at_blocks(plan);
@@ -339,7 +335,11 @@ impl Engine {
         // complete; this joins the thread that ran them (it counted them
         // itself, see ReadTally).
         let retired = match self.round.take() {
-            Some(mut done) => self.complete_read(&mut done),
+            Some(mut done) => {
+                let read = self.complete_read(&mut done);
+                self.spare_lists.get_mut().placements = done.placements;
+                read
+            }
             None => Ok(()),
         };
         let mut current = match self.pending.take() {
@@ -442,7 +442,9 @@ impl Engine {
             mut order,
             needs,
         } = ReadSchedule::new(&plan, &span_steps, k as usize, readers);
-        let mut placements = Vec::with_capacity(owners.len());
+        let mut placements = std::mem::take(&mut self.spare_lists.get_mut().placements);
+        placements.clear();
+        placements.reserve(owners.len());
         let mut place_starts = vec![0; k as usize * members + 1];
         let mut planned = plan.placements.iter();
         for (o, in_page) in owners.iter().zip(&kept) {
@@ -499,13 +501,8 @@ impl Engine {
                 round.error = Some(e);
             }
         }
-        let spans = self.spare_lists.take().spans;
-        self.spare_lists.set(RoundLists {
-            spans,
-            owners,
-            kept,
-            plan,
-        });
+        let spare = self.spare_lists.get_mut();
+        (spare.owners, spare.kept, spare.plan) = (owners, kept, plan);
         self.counters.io_seconds += io_start.elapsed().as_secs_f64();
         Ok(round)
     }

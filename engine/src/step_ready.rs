@@ -74,18 +74,18 @@ impl ReadSchedule {
         let groups = reader_groups(plan, readers);
         // The first step that needs each run.
         let mut first_need = vec![usize::MAX; plan.runs.len()];
-        let mut near = 0;
-        let span_runs: Vec<Range<usize>> = plan
-            .placements
-            .iter()
-            .map(|p| {
+        // The runs each span lies in, worked out in each pass rather than
+        // kept: a list per round cost more in fresh memory than the work.
+        let span_runs = || {
+            let mut near = 0;
+            plan.placements.iter().map(move |p| {
                 let first = run_holding(&plan.runs, p.buf_offset, near);
                 near = run_holding(&plan.runs, p.buf_offset + p.len.max(1) - 1, first);
                 first..near + 1
             })
-            .collect();
-        for (runs, &step) in span_runs.iter().zip(span_steps) {
-            for r in runs.clone() {
+        };
+        for (runs, &step) in span_runs().zip(span_steps) {
+            for r in runs {
                 first_need[r] = first_need[r].min(step);
             }
         }
@@ -102,8 +102,8 @@ impl ReadSchedule {
         }
         let group_of = |run: usize| groups.partition_point(|g| g.end <= run);
         let mut needs = vec![vec![0usize; steps]; readers];
-        for (runs, &step) in span_runs.iter().zip(span_steps) {
-            for r in runs.clone() {
+        for (runs, &step) in span_runs().zip(span_steps) {
+            for r in runs {
                 let need = &mut needs[group_of(r)][step];
                 *need = (*need).max(position[r] + 1);
             }
