@@ -150,6 +150,12 @@ impl<'m> KeptLookup<'m> {
         }
     }
 
+    /// Whether the node keeps any page (else [`KeptLookup::value`] finds
+    /// none).
+    pub(crate) fn keeps_pages(&self) -> bool {
+        self.psize != 0
+    }
+
     /// Where `entry`'s value lies in the value area, if it is served from
     /// a kept page: `(offset, length)`.
     pub(crate) fn value(&mut self, entry: &RecordEntry) -> Option<(u64, u64)> {

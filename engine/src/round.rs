@@ -25,9 +25,9 @@ use lmdbio_core::schedule::Slot;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SpanOwner {
     /// Step offset within the round.
-    pub(crate) step: usize,
+    pub(crate) step: u32,
     /// Node member (node rank).
-    pub(crate) member: usize,
+    pub(crate) member: u32,
     /// The epoch of the record (reads are counted by epoch).
     pub(crate) epoch: u64,
 }
@@ -39,9 +39,16 @@ pub(crate) struct PlannedRound {
     pub(crate) owners: Vec<SpanOwner>,
     /// Per record: where its value lies if it is served from a kept leaf
     /// page (see `inline_pages`); the others are the plan's spans, in
-    /// order.
+    /// order. Empty where the node keeps no page (see `kept_at`).
     pub(crate) kept: Vec<Option<(u64, u64)>>,
     pub(crate) plan: ReadPlan,
+}
+
+/// Record `i`'s place in a kept page, from a round's `kept` list (empty
+/// where no page is kept: a list of nothing but `None` per record was
+/// memory to fill and read for every round of a saved index).
+fn kept_at(kept: &[Option<(u64, u64)>], i: usize) -> Option<(u64, u64)> {
+    kept.get(i).copied().flatten()
 }
 
 /// The lists planning a round fills: the spans to read, who owns each
@@ -265,6 +272,7 @@ impl Engine {
         owners.reserve(most);
         kept.reserve(most);
         let mut lookup = inline_pages::KeptLookup::new(memory);
+        let keeps = lookup.keeps_pages();
         for s in 0..k {
             for (m, &rank) in held(&self.parts).topology.members.iter().enumerate() {
                 for_each_wanted_slot(
@@ -278,10 +286,12 @@ impl Engine {
                         if in_page.is_none() {
                             spans.push(entries[ordinal].span());
                         }
-                        kept.push(in_page);
+                        if keeps {
+                            kept.push(in_page);
+                        }
                         owners.push(SpanOwner {
-                            step: s as usize,
-                            member: m,
+                            step: s as u32,
+                            member: m as u32,
                             epoch: slot.epoch,
                         });
                     },
@@ -435,8 +445,12 @@ impl Engine {
         let io_start = Instant::now();
         let readers = self.node_readers();
         let members = held(&self.parts).topology.members.len();
-        let read_owners = || owners.iter().zip(&kept).filter(|(_, k)| k.is_none());
-        let span_steps: Vec<usize> = read_owners().map(|(o, _)| o.step).collect();
+        let read_owners = || {
+            (owners.iter().enumerate())
+                .filter(|&(i, _)| kept_at(&kept, i).is_none())
+                .map(|(_, o)| o)
+        };
+        let span_steps: Vec<usize> = read_owners().map(|o| o.step as usize).collect();
         let ReadSchedule {
             groups,
             mut order,
@@ -447,14 +461,15 @@ impl Engine {
         placements.reserve(owners.len());
         let mut place_starts = vec![0; k as usize * members + 1];
         let mut planned = plan.placements.iter();
-        for (o, in_page) in owners.iter().zip(&kept) {
+        for (i, o) in owners.iter().enumerate() {
+            let in_page = kept_at(&kept, i);
             let place = match (in_page, in_page.is_none().then(|| planned.next())) {
-                (Some(at), _) => *at,
+                (Some(at), _) => at,
                 (None, Some(Some(p))) => (base + p.buf_offset, p.len),
                 _ => return Err(Error::Internal("a round's plan lacks a record".into())),
             };
             placements.push(place);
-            place_starts[o.step * members + o.member + 1] += 1;
+            place_starts[o.step as usize * members + o.member as usize + 1] += 1;
         }
         let mut sum = 0;
         for start in &mut place_starts {
@@ -477,7 +492,7 @@ impl Engine {
         };
         let me = held(&self.parts).topology.node.rank();
         if me < readers && held(&self.parts).topology.readers.is_some() {
-            let span_epochs: Vec<u64> = read_owners().map(|(o, _)| o.epoch).collect();
+            let span_epochs: Vec<u64> = read_owners().map(|o| o.epoch).collect();
             let runs = plan.runs[groups[me].clone()].to_vec();
             // Every reader takes part in every round's exchange, whatever
             // else fails: its peers wait for its answer.
