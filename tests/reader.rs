@@ -265,8 +265,9 @@ fn kept_leaf_pages_are_the_files_whether_read_in_place_or_held() {
         let three = 3 * psize as u64;
         // (area in pages, budget, chunk): room for all, for a chunk or
         // two, for less than a chunk, a budget below the area, no area.
-        // Chunks of 64 read through the gaps between runs of leaves.
-        for (slots, budget, chunk) in [
+        // Chunks of 64 read through the gaps between runs of leaves. On
+        // one thread, and read on one while three parse.
+        let cases = [
             (inline.len() + 16, all, 5),
             (inline.len() + 16, all, 64),
             (70, all, 64),
@@ -275,17 +276,27 @@ fn kept_leaf_pages_are_the_files_whether_read_in_place_or_held() {
             (inline.len() + 16, three, 2),
             (0, all, 6),
             (0, three, 6),
-        ] {
-            let what = format!("{}: {slots} slots, budget {budget}, chunk {chunk}", fx.name);
+        ];
+        for ((slots, budget, chunk), threads) in cases.into_iter().flat_map(|c| [(c, 1), (c, 3)]) {
+            let options = IndexOptions {
+                threads,
+                chunk_pages: chunk,
+            };
+            let what = format!(
+                "{}: {slots} slots, budget {budget}, chunk {chunk}, {threads} threads",
+                fx.name
+            );
             let mut area = vec![0u8; slots * psize];
             // Without keys: the same entries, every key's place counted.
             let (keyless, _) =
-                parse_leaves_keeping(&db, &tree, &leaves, chunk, budget, &mut area, false).unwrap();
+                parse_leaves_keeping(&db, &tree, &leaves, &options, budget, &mut area, false)
+                    .unwrap();
             assert!(keyless.entries == whole.entries, "{what}: entries differ");
             assert!(keyless.keys.is_empty(), "{what}: keys held");
             assert_eq!(keyless.key_bytes, whole.keys.len() as u64, "{what}");
             let (part, mut kept) =
-                parse_leaves_keeping(&db, &tree, &leaves, chunk, budget, &mut area, true).unwrap();
+                parse_leaves_keeping(&db, &tree, &leaves, &options, budget, &mut area, true)
+                    .unwrap();
             assert!(part.entries == whole.entries, "{what}: entries differ");
             assert!(part.keys == whole.keys, "{what}: keys differ");
             let ends = |i: usize| whole.key(i).to_vec();
@@ -322,6 +333,50 @@ fn kept_leaf_pages_are_the_files_whether_read_in_place_or_held() {
             area.fill(0xa5);
             assert!(kept.placed().is_empty(), "{what}: placed after moving out");
             check(&kept, &area);
+        }
+    }
+}
+
+/// Leaves out of key order where two chunks meet are refused, however the
+/// chunks were parsed: the seam between chunks parsed by different
+/// workers is checked as the one inside a chunk is (each chunk's first
+/// key against the last key before it), with or without keys or an area.
+#[test]
+fn keys_out_of_order_where_two_parsed_chunks_meet_are_refused() {
+    use lmdbio::index::{parse_leaves_keeping, walk_tree};
+    let fx = kit::inline_only(3000, 47);
+    let db = Database::open(&fx.path).unwrap();
+    let tree = db.tree(None).unwrap();
+    let mut leaves = walk_tree(&db, &tree, 64).unwrap().leaves;
+    let m = leaves.len() / 2 / 4 * 4;
+    assert!(m >= 8, "{} leaves", leaves.len());
+    // Each side of the seam at `m` is in key order; only the seam is not.
+    leaves.swap(m - 1, m);
+    let psize = db.page_size() as usize;
+    for (chunk, threads) in [(1, 3), (2, 2), (4, 3), (m, 2), (4, 1), (m, 1)] {
+        for (slots, keys) in [
+            (leaves.len() + 8, false),
+            (leaves.len() + 8, true),
+            (0, true),
+        ] {
+            let options = IndexOptions {
+                threads,
+                chunk_pages: chunk,
+            };
+            let what = format!("chunk {chunk}, {threads} threads, {slots} slots, keys {keys}");
+            let mut area = vec![0u8; slots * psize];
+            let budget = if slots > 0 { 1 << 40 } else { 0 };
+            let err = parse_leaves_keeping(&db, &tree, &leaves, &options, budget, &mut area, keys)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: leaves out of order were parsed"));
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{what}: {err}");
+            assert!(err.to_string().contains("out of order"), "{what}: {err}");
+            match err {
+                lmdbio::Error::Corrupt { pgno, .. } => {
+                    assert_eq!(pgno, leaves[m], "{what}: {err}")
+                }
+                other => panic!("{what}: {other}"),
+            }
         }
     }
 }

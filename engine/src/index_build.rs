@@ -14,7 +14,7 @@ use lmdbio_core::error::{Error, Result};
 use lmdbio_core::index::saved::{SavedIdentity, SavedIndex};
 use lmdbio_core::index::{
     check_index, first_bad_seam, parse_leaves_keeping, walk_tree, IndexOptions, IndexPart,
-    KeptLeaves, TreePages,
+    KeptLeaves, TreePages, MAX_PAGES_PER_READ,
 };
 use lmdbio_core::source::{IoSnapshot, ReadAt};
 
@@ -427,13 +427,18 @@ fn parse_part<'f>(
         n * masters.rank() / masters.size(),
         n * (masters.rank() + 1) / masters.size(),
     );
-    // One thread: MPI may only be called from the thread driving us.
-    let chunk = IndexOptions::default().chunk_pages;
+    // This thread reads; parse workers (one per core) call no MPI. Chunks
+    // of one largest request keep them all busy on a share of a few
+    // thousand leaves.
+    let options = IndexOptions {
+        threads: 0,
+        chunk_pages: MAX_PAGES_PER_READ,
+    };
     let (part, kept) = parse_leaves_keeping(
         &db,
         &tree,
         &pages.leaves[lo..hi],
-        chunk,
+        &options,
         keep_budget,
         keep_area,
         keys,

@@ -8,9 +8,10 @@
 //! are already in their final place, and no private copy is made and
 //! touched.
 
+use super::pipeline::{parse_pipelined, Keeping};
 use super::{
-    consecutive_runs, parse_leaf_batch_into, read_spanning_into, spanned_slots, IndexPart,
-    PageBatch, Pages, PagesIn, RecordEntry, MAX_PAGES_PER_READ,
+    consecutive_runs, parse_leaf_batch_into, read_spanning_into, spanned_slots, IndexOptions,
+    IndexPart, PageBatch, Pages, PagesIn, RecordEntry, MAX_PAGES_PER_READ,
 };
 use crate::database::{Database, Tree};
 use crate::error::Result;
@@ -83,22 +84,26 @@ impl KeptLeaves {
     }
 }
 
-/// Like [`super::parse_leaves`] on one thread, keeping (in key order, up
-/// to `budget` bytes) the leaf pages that hold at least one inline value.
+/// Like [`super::parse_leaves`], keeping (in key order, up to `budget`
+/// bytes) the leaf pages that hold at least one inline value, reading
+/// `options.chunk_pages` leaves at a time.
 ///
-/// With a non-empty `area`, pages are kept only there (as many as fit):
-/// each chunk is read into the area's next free slots (through the small
-/// gaps between its runs, see [`super::read_spanning_into`]) and parsed in
-/// place, and the pages not kept (and the gaps) are squeezed out. A chunk that does not fit is
-/// read into one reused buffer and its kept pages copied. With an empty
-/// `area`, the kept pages are held in the batches they were read into.
-/// Keys are held in the part only if `keys`; their order is checked
-/// either way (see [`super::OrderCheck`]).
+/// With more than one of `options.threads` and an area (or nothing to
+/// keep), this thread reads each chunk while workers parse the ones before
+/// and copy their kept pages into the area's next slots (see
+/// `pipeline`). On one thread, each chunk is read into the area's next
+/// free slots (through the small gaps between its runs, see
+/// [`super::read_spanning_into`]) and parsed in place, and the pages not
+/// kept (and the gaps) are squeezed out; a chunk that does not fit is read
+/// into one reused buffer and its kept pages copied. With an empty `area`,
+/// the kept pages are held in the batches they were read into. Keys are
+/// held in the part only if `keys`; their order is checked either way,
+/// across chunks too (see [`super::OrderCheck`]).
 pub fn parse_leaves_keeping<R: ReadAt>(
     db: &Database<R>,
     tree: &Tree,
     leaves: &[u64],
-    chunk_pages: usize,
+    options: &IndexOptions,
     budget: u64,
     area: &mut [u8],
     keys: bool,
@@ -114,10 +119,21 @@ pub fn parse_leaves_keeping<R: ReadAt>(
     if slots > 0 {
         room = room.min(slots);
     }
+    let chunk_pages = options.chunk_pages.clamp(1, 1 << 20);
+    let workers = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    if workers > 1 && leaves.len() > chunk_pages && (slots > 0 || room == 0) {
+        let keeping = Keeping { area, room, keys };
+        let (part, placed) = parse_pipelined(db, tree, leaves, (chunk_pages, workers), keeping)?;
+        kept.placed = placed;
+        return Ok((part, kept));
+    }
     let mut scratch = Vec::new();
     let mut sorted = Vec::new();
     let mut at = Vec::new();
-    let mut chunks = leaves.chunks(chunk_pages.clamp(1, 1 << 20)).peekable();
+    let mut chunks = leaves.chunks(chunk_pages).peekable();
     let mut done = 0;
     while let Some(pgnos) = chunks.next() {
         sorted.clear();
@@ -204,7 +220,7 @@ pub fn parse_leaves_keeping<R: ReadAt>(
 /// Makes room in `part` (parsed from the first `done` of `total` pages)
 /// for all of them at the density seen so far, plus a little: growing it
 /// by doubling copies it and faults fresh memory in each time.
-fn reserve_like(part: &mut IndexPart, done: usize, total: usize) {
+pub(super) fn reserve_like(part: &mut IndexPart, done: usize, total: usize) {
     let scale = |n: usize| (n / done.max(1)).saturating_mul(total).saturating_add(n) / 16 * 17;
     part.entries
         .reserve(scale(part.entries.len()).saturating_sub(part.entries.len()));
@@ -213,7 +229,7 @@ fn reserve_like(part: &mut IndexPart, done: usize, total: usize) {
 }
 
 /// Tells `source` that `pgnos` will be read next.
-fn advise<R: ReadAt + ?Sized>(source: &R, psize: u64, pgnos: &[u64]) {
+pub(super) fn advise<R: ReadAt + ?Sized>(source: &R, psize: u64, pgnos: &[u64]) {
     let mut sorted = pgnos.to_vec();
     sorted.sort_unstable();
     let ranges: Vec<(u64, u64)> = consecutive_runs(&sorted, MAX_PAGES_PER_READ)
@@ -224,7 +240,7 @@ fn advise<R: ReadAt + ?Sized>(source: &R, psize: u64, pgnos: &[u64]) {
 
 /// The first `room` pages (in key order) holding an inline value among
 /// `entries` (in key order).
-fn inline_pages(entries: &[RecordEntry], psize: u64, room: usize) -> Vec<u64> {
+pub(super) fn inline_pages(entries: &[RecordEntry], psize: u64, room: usize) -> Vec<u64> {
     let mut pages: Vec<u64> = Vec::new();
     for pgno in entries.iter().filter_map(|e| e.inline_page(psize)) {
         if pages.last() != Some(&pgno) {

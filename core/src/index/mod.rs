@@ -11,6 +11,7 @@
 mod kept;
 mod order_check;
 mod pages;
+mod pipeline;
 pub mod saved;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -618,50 +619,65 @@ pub(crate) fn parse_leaf_batch_into<R: ReadAt>(
     let psize = db.page_size();
     let order = tree.key_order();
     let chunk = out;
-    for &pgno in pgnos {
-        let page = TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
-        expect_kind(db, &page, pgno, tree.db.md_depth, tree.db.md_depth)?;
-        let page_offset = pgno * psize as u64;
-        for i in 0..page.len() {
-            let node = page.leaf_node(i).map_err(|p| db.corrupt(pgno, p))?;
-            if node.is_subdatabase && tree.name.is_some() {
-                return Err(db.corrupt(
-                    pgno,
-                    format!("node {i}: a sub-database inside a named database"),
-                ));
-            }
-            if !chunk.order.next(order, node.key) {
-                return Err(db.corrupt(pgno, format!("node {i}: keys out of order")));
-            }
-            let key_start = chunk.key_bytes;
-            chunk.key_bytes += node.key.len() as u64;
-            if keys {
-                chunk.keys.extend_from_slice(node.key);
-            }
-            let (value_offset, value_len, mut flags) = match node.value {
-                LeafValue::Inline { offset, size } => (page_offset + offset as u64, size, 0),
-                LeafValue::Overflow { pgno: first, size } => {
-                    check_overflow(db, pgno, i, first, size)?;
-                    (
-                        first * psize as u64 + PAGEHDRSZ as u64,
-                        size,
-                        RecordEntry::OVERFLOW,
-                    )
+    // Within the batch each key is checked against the one before it where
+    // it lies; `chunk.order` sees the batch's first and last keys only, so
+    // no key is copied but those.
+    let mut prev: Option<&[u8]> = None;
+    let result = (|| {
+        for &pgno in pgnos {
+            let page = TreePage::parse(pgno, batch.page(pgno)).map_err(|p| db.corrupt(pgno, p))?;
+            expect_kind(db, &page, pgno, tree.db.md_depth, tree.db.md_depth)?;
+            let page_offset = pgno * psize as u64;
+            for i in 0..page.len() {
+                let node = page.leaf_node(i).map_err(|p| db.corrupt(pgno, p))?;
+                if node.is_subdatabase && tree.name.is_some() {
+                    return Err(db.corrupt(
+                        pgno,
+                        format!("node {i}: a sub-database inside a named database"),
+                    ));
                 }
-            };
-            if node.is_subdatabase {
-                flags |= RecordEntry::SUBDATABASE;
+                let ascending = match prev {
+                    Some(p) => order.compare(p, node.key).is_lt(),
+                    None => chunk.order.next(order, node.key),
+                };
+                if !ascending {
+                    return Err(db.corrupt(pgno, format!("node {i}: keys out of order")));
+                }
+                prev = Some(node.key);
+                let key_start = chunk.key_bytes;
+                chunk.key_bytes += node.key.len() as u64;
+                if keys {
+                    chunk.keys.extend_from_slice(node.key);
+                }
+                let (value_offset, value_len, mut flags) = match node.value {
+                    LeafValue::Inline { offset, size } => (page_offset + offset as u64, size, 0),
+                    LeafValue::Overflow { pgno: first, size } => {
+                        check_overflow(db, pgno, i, first, size)?;
+                        (
+                            first * psize as u64 + PAGEHDRSZ as u64,
+                            size,
+                            RecordEntry::OVERFLOW,
+                        )
+                    }
+                };
+                if node.is_subdatabase {
+                    flags |= RecordEntry::SUBDATABASE;
+                }
+                chunk.entries.push(RecordEntry {
+                    key_start,
+                    value_offset,
+                    value_len,
+                    key_len: node.key.len() as u16,
+                    flags,
+                });
             }
-            chunk.entries.push(RecordEntry {
-                key_start,
-                value_offset,
-                value_len,
-                key_len: node.key.len() as u16,
-                flags,
-            });
         }
+        Ok(())
+    })();
+    if let Some(last) = prev {
+        chunk.order.set_last(last);
     }
-    Ok(())
+    result
 }
 
 fn check_overflow<R: ReadAt>(

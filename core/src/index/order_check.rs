@@ -27,6 +27,14 @@ impl OrderCheck {
         true
     }
 
+    /// Takes `key` as the last, known to be above the previous one (the
+    /// caller compared them where they lie). Only after [`Self::next`]
+    /// took the run's first key.
+    pub(crate) fn set_last(&mut self, key: &[u8]) {
+        self.last.clear();
+        self.last.extend_from_slice(key);
+    }
+
     /// The run's first and last keys, if it has any.
     pub fn ends(&self) -> Option<(&[u8], &[u8])> {
         self.first.as_deref().map(|f| (f, &self.last[..]))
