@@ -121,10 +121,10 @@ pub(crate) fn scan<'f>(
     subdb: Option<&str>,
     keep_budget: u64,
     area: &mut [u8],
-    (saved, keys): (Option<&Place>, bool),
+    (saved, keys, cores): (Option<&Place>, bool, usize),
 ) -> Result<ScannedIndex<'f>> {
     let local = match masters {
-        Some(m) => master_scan(m, file, subdb, keep_budget, area, (saved, keys)),
+        Some(m) => master_scan(m, file, subdb, keep_budget, area, (saved, keys, cores)),
         None => file.map(|_| None),
     };
     let mut sizes = [i64::MAX; SIZES];
@@ -278,7 +278,7 @@ fn master_scan<'f>(
     subdb: Option<&str>,
     keep_budget: u64,
     area: &mut [u8],
-    (saved, keys): (Option<&Place>, bool),
+    (saved, keys, cores): (Option<&Place>, bool, usize),
 ) -> Result<MasterScan<'f>> {
     let loadable = file.as_ref().ok().copied().flatten();
     let found = saved_index::load_on_masters(masters, loadable, subdb, saved, (keys, area))?;
@@ -309,10 +309,12 @@ fn master_scan<'f>(
             .filter(|_| masters.rank() == 0)
             .map(|p| (p.clone(), saved_index::identity(&db, &tree, mtime)));
         let keeping = (keep_budget, keep_area, keys);
-        local(|| parse_part(masters, (db, tree, granule), &bytes, keeping)).map(|mut state| {
-            state.save_to = save_to;
-            Some(state)
-        })
+        local(|| parse_part(masters, (db, tree, granule), &bytes, keeping, cores)).map(
+            |mut state| {
+                state.save_to = save_to;
+                Some(state)
+            },
+        )
     });
     let mine = match &parsed {
         Ok(Some(state)) => PartSizes::of(state).words(),
@@ -420,6 +422,7 @@ fn parse_part<'f>(
     (db, tree, granule): (Database<DataSource<'f>>, Tree, u64),
     page_list: &[u8],
     (keep_budget, keep_area, keys): (u64, &mut [u8], bool),
+    cores: usize,
 ) -> Result<MasterState<'f>> {
     let pages = decode_pages(page_list)?;
     let n = pages.leaves.len();
@@ -427,11 +430,13 @@ fn parse_part<'f>(
         n * masters.rank() / masters.size(),
         n * (masters.rank() + 1) / masters.size(),
     );
-    // This thread reads; parse workers (one per core) call no MPI. Chunks
-    // of one largest request keep them all busy on a share of a few
-    // thousand leaves.
+    // This thread reads; parse workers (one per core of this master's
+    // share of the machine, `cores`) call no MPI. With less than two, one
+    // thread reads and parses: copying the kept pages out of the read
+    // buffers and the threads' switches cost more than the overlap gained
+    // where masters share the cores (docs/design/inline-records.md).
     let options = IndexOptions {
-        threads: 0,
+        threads: cores.max(1),
         chunk_pages: MAX_PAGES_PER_READ,
     };
     let (part, kept) = parse_leaves_keeping(

@@ -383,7 +383,11 @@ impl Engine {
             // window and the node's other ranks wait in the scan's
             // agreement; the slice ends with the scan.
             unsafe { inline_pages::scan_area(window.as_mut().filter(|_| is_master), words) },
-            (place.as_ref(), options.keys),
+            (
+                place.as_ref(),
+                options.keys,
+                scan_cores(topology.machine_readers),
+            ),
         );
         topology.window = window;
         let mut scanned = scanned?;
@@ -524,4 +528,11 @@ impl Engine {
         };
         agree_resource(world, file.transpose())
     }
+}
+
+/// Cores a master may parse the scan's leaves on: the machine's, shared
+/// by the readers on it (the other ranks wait during the scan).
+fn scan_cores(machine_readers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores / machine_readers.max(1)
 }
