@@ -416,6 +416,11 @@ fn open_tree<'f>(
     Ok((db, tree, pages, granule))
 }
 
+/// Fewest cores of its own (the machine's over the readers on it) a
+/// master parses the scan's leaves with workers on: on two cores the
+/// workers' copy of the kept pages cost more than the overlap gained.
+const PARSE_WORKERS_FROM: usize = 4;
+
 /// Parses this master's share of the leaves in master 0's page list.
 fn parse_part<'f>(
     masters: &Comm,
@@ -430,13 +435,17 @@ fn parse_part<'f>(
         n * masters.rank() / masters.size(),
         n * (masters.rank() + 1) / masters.size(),
     );
-    // This thread reads; parse workers (one per core of this master's
-    // share of the machine, `cores`) call no MPI. With less than two, one
-    // thread reads and parses: copying the kept pages out of the read
-    // buffers and the threads' switches cost more than the overlap gained
-    // where masters share the cores (docs/design/inline-records.md).
+    // With `PARSE_WORKERS_FROM` cores or more to itself, this thread reads
+    // and parse workers (one per core) parse, calling no MPI; with fewer,
+    // this thread reads and parses (see docs/design/inline-records.md,
+    // "Parsed beside the reads").
+    let threads = if cores >= PARSE_WORKERS_FROM {
+        cores
+    } else {
+        1
+    };
     let options = IndexOptions {
-        threads: cores.max(1),
+        threads,
         chunk_pages: MAX_PAGES_PER_READ,
     };
     let (part, kept) = parse_leaves_keeping(
