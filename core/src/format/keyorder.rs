@@ -35,7 +35,7 @@ impl KeyOrder {
     /// sizes order by size first.
     pub fn compare(self, a: &[u8], b: &[u8]) -> Ordering {
         match self {
-            KeyOrder::Bytes => a.cmp(b),
+            KeyOrder::Bytes => bytewise(a, b),
             KeyOrder::ReverseBytes => a.iter().rev().cmp(b.iter().rev()),
             KeyOrder::Integer => a
                 .len()
@@ -43,6 +43,33 @@ impl KeyOrder {
                 .then_with(|| a.iter().rev().cmp(b.iter().rev())),
         }
     }
+}
+
+/// `a.cmp(b)` on bytes, eight at a time: the index scan compares every
+/// key with the one before it, and most keys are a few words long, where
+/// a call to `memcmp` per pair was a visible part of the scan's CPU.
+fn bytewise(a: &[u8], b: &[u8]) -> Ordering {
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (p, q) in (&mut x).zip(&mut y) {
+        let (p, q) = (word(p), word(q));
+        if p != q {
+            return p.cmp(&q);
+        }
+    }
+    let n = a.len().min(b.len()) / 8 * 8;
+    for (p, q) in a[n..].iter().zip(&b[n..]) {
+        if p != q {
+            return p.cmp(q);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// Eight bytes as a number ordered as the bytes are.
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(b);
+    u64::from_be_bytes(w)
 }
 
 #[cfg(test)]
@@ -53,6 +80,21 @@ mod tests {
     fn orders_match_liblmdb_comparators() {
         assert_eq!(KeyOrder::Bytes.compare(b"ab", b"abc"), Ordering::Less);
         assert_eq!(KeyOrder::Bytes.compare(b"b", b"abc"), Ordering::Greater);
+        // Bytewise over every split of words and tails: as slices compare.
+        let keys: Vec<Vec<u8>> = (0..40u32)
+            .map(|i| {
+                let len = (i * 7 % 19) as usize;
+                (0..len)
+                    .map(|j| (i as usize * 31 + j * 17) as u8 % 3)
+                    .collect()
+            })
+            .chain([vec![], vec![0; 8], vec![0; 9], vec![255; 16], vec![1; 17]])
+            .collect();
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(KeyOrder::Bytes.compare(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
         assert_eq!(KeyOrder::ReverseBytes.compare(b"za", b"ab"), Ordering::Less);
         assert_eq!(KeyOrder::ReverseBytes.compare(b"b", b"ab"), Ordering::Less);
         let k = |v: u32| v.to_le_bytes();
