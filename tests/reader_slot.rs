@@ -17,6 +17,11 @@ use sha2::{Digest, Sha256};
 
 const RECORDS: usize = 1500;
 const VALUE: usize = 2500;
+/// Epochs of a job that must see writers' commits: detection needs two of
+/// them, so the job has to outlive the test's own set-up (a liblmdb open,
+/// `mdb_stat`) on a loaded machine; a job that detects the change ends
+/// at once, so only a broken detection pays for the length.
+const UNTIL_DETECTED: u32 = 400;
 
 /// `mdb_dump DIR` as key hex -> "LEN SHA256", the form `bench --trace`
 /// writes.
@@ -360,7 +365,7 @@ fn without_a_usable_lock_file_a_writer_is_detected_and_nothing_wrong_delivered()
         let snapshot = dump(&fx.path);
         let says = spoil_lock_file(&fx.path, how);
         let trace = TempDir::new().unwrap();
-        let job = start_job(&fx.path, trace.path(), 25);
+        let job = start_job(&fx.path, trace.path(), UNTIL_DETECTED);
         // Its slot refused at open, before the data file is opened; then
         // liblmdb makes (or resets) the lock file, without the job in it.
         let data = std::fs::canonicalize(fx.data_file()).unwrap();
@@ -453,7 +458,7 @@ fn a_slot_taken_away_or_a_writer_without_the_lock_file_is_detected() {
         let fx = kit::caffe_style(RECORDS, VALUE, 30 + i as u64);
         let snapshot = dump(&fx.path);
         let trace = TempDir::new().unwrap();
-        let mut job = start_job(&fx.path, trace.path(), 25);
+        let mut job = start_job(&fx.path, trace.path(), UNTIL_DETECTED);
         let (pid, _) = wait_for_slot(&fx.path, &mut job);
         let mut flags = lmdb::EnvironmentFlags::empty();
         let says = if how == "slot cleared" {
