@@ -223,6 +223,8 @@ pub fn release_memory() {
 /// an open engine runs in the background has finished.
 pub(crate) fn release_all() {
     crate::background::wait_for_background_reads();
+    // A stage's writer may still be writing out pieces of a window.
+    crate::node_stage::reclaim_every_window();
     let mut all = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|p| p.into_inner()));
     all.sort_by_key(|t| t.id);
     drop(all);

@@ -23,7 +23,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,24 @@ struct Shared {
     /// The database file, for the filler's reads.
     db: FileSource,
     tally: Arc<ReadTally>,
+}
+
+/// Every stage whose writer may still be running, so that `MPI_Finalize`
+/// can take the node windows back from the writers before the windows are
+/// freed: an engine may outlive MPI ([`reclaim_every_window`]).
+static OPEN_STAGES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// Takes the window back from every stage's writer: queued pieces are
+/// dropped and a piece being written finishes first. Runs when
+/// `MPI_Finalize` starts, after the background reads (which offer pieces)
+/// have ended, and before the kept windows are freed
+/// (`topology::release_all`).
+pub(crate) fn reclaim_every_window() {
+    let mut open = lock(&OPEN_STAGES);
+    open.retain(|stage| stage.strong_count() > 0);
+    for stage in open.iter().filter_map(Weak::upgrade) {
+        stage.reclaim_where(|_| true);
+    }
 }
 
 /// A node reader's stage (see the module's documentation).
@@ -245,6 +263,11 @@ impl NodeStage {
             tally,
         });
         let at_open = staged_blocks(&shared);
+        {
+            let mut open = lock(&OPEN_STAGES);
+            open.retain(|stage| stage.strong_count() > 0);
+            open.push(Arc::downgrade(&shared));
+        }
         let for_writer = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("lmdbio-stage".into())
@@ -403,15 +426,7 @@ impl NodeStage {
     }
 
     fn reclaim_where(&self, taken: impl Fn(WindowRange) -> bool) {
-        let s = &self.shared;
-        let mut queue = lock(&s.queue);
-        queue.pieces.retain(|p| !taken(p.src));
-        while queue.busy.is_some_and(&taken) {
-            queue = s
-                .released
-                .wait(queue)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
+        self.shared.reclaim_where(taken);
     }
 
     /// Held while the reader reads a round: the filler reads the database
@@ -491,6 +506,19 @@ impl Drop for NodeStage {
 }
 
 impl Shared {
+    /// Drops the queued pieces in the window `taken` covers and waits for
+    /// the writer to leave the one it is writing, if covered.
+    fn reclaim_where(&self, taken: impl Fn(WindowRange) -> bool) {
+        let mut queue = lock(&self.queue);
+        queue.pieces.retain(|p| !taken(p.src));
+        while queue.busy.is_some_and(&taken) {
+            queue = self
+                .released
+                .wait(queue)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
     fn warn(&self, what: &str) {
         warn_once(&self.warned, &self.tally, &self.dir, what);
     }
